@@ -1,0 +1,24 @@
+// Command cluster-operator runs the StatefulCluster operator of statefulops.
+package main
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+
+	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	"github.com/statefulops/statefulops/shared/manager"
+)
+
+// The operator reads and writes its own kind and records Events about it.
+// +kubebuilder:rbac:groups=enge.me,resources=statefulclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=enge.me,resources=statefulclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=enge.me,resources=statefulclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+func main() {
+	manager.Main(manager.Options{
+		Name:             "cluster-operator",
+		Short:            "Runs StatefulCluster: stateful pods whose identities are never reused.",
+		LeaderElectionID: "cluster-operator.enge.me",
+		Schemes:          []func(*runtime.Scheme) error{clusterv1alpha1.AddToScheme},
+	})
+}

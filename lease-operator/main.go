@@ -1,0 +1,24 @@
+// Command lease-operator runs the StatefulSetLock operator of statefulops.
+package main
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+
+	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+	"github.com/statefulops/statefulops/shared/manager"
+)
+
+// The operator reads and writes its own kind and records Events about it.
+// +kubebuilder:rbac:groups=app.anukkrit.me,resources=statefulsetlocks,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=app.anukkrit.me,resources=statefulsetlocks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=app.anukkrit.me,resources=statefulsetlocks/finalizers,verbs=update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+func main() {
+	manager.Main(manager.Options{
+		Name:             "lease-operator",
+		Short:            "Runs StatefulSetLock: exactly one writer pod among a StatefulSet's ready pods.",
+		LeaderElectionID: "lease-operator.app.anukkrit.me",
+		Schemes:          []func(*runtime.Scheme) error{leasev1.AddToScheme},
+	})
+}

@@ -1,0 +1,24 @@
+// Command rollout-operator runs the PhasedRollout operator of statefulops.
+package main
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+
+	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+	"github.com/statefulops/statefulops/shared/manager"
+)
+
+// The operator reads and writes its own kind and records Events about it.
+// +kubebuilder:rbac:groups=sts.plus,resources=phasedrollouts,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=sts.plus,resources=phasedrollouts/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sts.plus,resources=phasedrollouts/finalizers,verbs=update
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+func main() {
+	manager.Main(manager.Options{
+		Name:             "rollout-operator",
+		Short:            "Runs PhasedRollout: StatefulSet updates one pod at a time, gated by Prometheus checks.",
+		LeaderElectionID: "304add93.sts.plus",
+		Schemes:          []func(*runtime.Scheme) error{rolloutv1alpha1.AddToScheme},
+	})
+}

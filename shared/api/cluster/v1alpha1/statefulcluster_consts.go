@@ -1,0 +1,47 @@
+package v1alpha1
+
+// Condition types of a StatefulCluster (status.conditions[].type).
+const (
+	// ConditionReady is the summary: spec.replicas pods are live and Ready, all of updateRevision, and
+	// nothing is being replaced. `kubectl wait --for=condition=Ready` waits for it.
+	ConditionReady = "Ready"
+	// ConditionAvailable is True when at least spec.replicas pods are available (Ready for
+	// spec.minReadySeconds), as on a Deployment.
+	ConditionAvailable = "Available"
+	// ConditionProgressing is True while pods are being created, replaced or updated.
+	ConditionProgressing = "Progressing"
+	// ConditionReplicaFailure is True when a pod or claim could not be created or deleted; the message
+	// says which and why.
+	ConditionReplicaFailure = "ReplicaFailure"
+	// ConditionMembershipHookFailed is True while a membership hook with failurePolicy Fail is failing
+	// and holds a pod back.
+	ConditionMembershipHookFailed = "MembershipHookFailed"
+)
+
+// Condition reasons of a StatefulCluster.
+const (
+	// ReasonReconciled: the observed state matches the spec.
+	ReasonReconciled = "Reconciled"
+	// ReasonScalingUp: pods of new identities are being created to reach spec.replicas.
+	ReasonScalingUp = "ScalingUp"
+	// ReasonScalingDown: identities are being retired to reach spec.replicas.
+	ReasonScalingDown = "ScalingDown"
+	// ReasonReplacing: lost, unhealthy, failed or stuck pods are being replaced by new identities.
+	ReasonReplacing = "Replacing"
+	// ReasonUpdating: pods of old revisions are being replaced by pods of updateRevision.
+	ReasonUpdating = "Updating"
+	// ReasonPodsNotReady: some live pods are not Ready (yet).
+	ReasonPodsNotReady = "PodsNotReady"
+	// ReasonMinimumReplicasUnavailable: fewer than spec.replicas pods are available.
+	ReasonMinimumReplicasUnavailable = "MinimumReplicasUnavailable"
+	// ReasonMinimumReplicasAvailable: at least spec.replicas pods are available.
+	ReasonMinimumReplicasAvailable = "MinimumReplicasAvailable"
+	// ReasonCreateFailed: creating a pod or claim failed.
+	ReasonCreateFailed = "CreateFailed"
+	// ReasonDeleteFailed: deleting a pod or claim failed.
+	ReasonDeleteFailed = "DeleteFailed"
+	// ReasonHookFailed: a membership hook call failed.
+	ReasonHookFailed = "HookFailed"
+	// ReasonHookSucceeded: the last membership hook call succeeded.
+	ReasonHookSucceeded = "HookSucceeded"
+)

@@ -1,0 +1,54 @@
+package v1alpha1
+
+// Condition types of an ExtendedStatefulSet (status.conditions[].type).
+const (
+	// ConditionReady is the summary: one version runs, all its pods Ready in every zone, no upgrade or
+	// restart under way. `kubectl wait --for=condition=Ready` waits for it.
+	ConditionReady = "Ready"
+	// ConditionProgressing is True while an upgrade (canaries, remaining pods, zone by zone) or a
+	// configuration restart is under way.
+	ConditionProgressing = "Progressing"
+	// ConditionStale is True when the newest version failed (canary not Ready after retryCount retries,
+	// or a failed pre upgrade Job) and its StatefulSet was annotated fissile.cloudfoundry.org/stale=true;
+	// the previous version keeps serving.
+	ConditionStale = "Stale"
+	// ConditionUpgradeBlocked is True when the pre upgrade Job of the newest version failed, so the
+	// upgrade did not start; the message names the Job.
+	ConditionUpgradeBlocked = "UpgradeBlocked"
+	// ConditionPostUpgradeFailed is True when the post upgrade Job of the newest version failed; the
+	// message names the Job and says whether the upgrade was rolled back.
+	ConditionPostUpgradeFailed = "PostUpgradeFailed"
+	// ConditionMissingReference is True when a ConfigMap or Secret referenced by the template does not
+	// exist (and is not optional); the message names it. Pods are not rolled into a broken state.
+	ConditionMissingReference = "MissingReference"
+)
+
+// Condition reasons of an ExtendedStatefulSet.
+const (
+	// ReasonReconciled: the observed state matches the spec.
+	ReasonReconciled = "Reconciled"
+	// ReasonCanaryRollout: canary pods of the newest version are starting.
+	ReasonCanaryRollout = "CanaryRollout"
+	// ReasonRollout: the remaining pods of the newest version are starting.
+	ReasonRollout = "Rollout"
+	// ReasonCleanup: a newer version runs and lower versions are being deleted.
+	ReasonCleanup = "Cleanup"
+	// ReasonConfigChanged: referenced configuration data changed and pods are restarting.
+	ReasonConfigChanged = "ConfigChanged"
+	// ReasonPreUpgradeJobRunning: the pre upgrade Job of the newest version is running.
+	ReasonPreUpgradeJobRunning = "PreUpgradeJobRunning"
+	// ReasonPostUpgradeJobRunning: the post upgrade Job of the newest version is running.
+	ReasonPostUpgradeJobRunning = "PostUpgradeJobRunning"
+	// ReasonCanaryFailed: a canary did not become Ready within canaryWatchTime after retryCount retries.
+	ReasonCanaryFailed = "CanaryFailed"
+	// ReasonUpdateFailed: a non-canary pod did not become Ready within updateWatchTime.
+	ReasonUpdateFailed = "UpdateFailed"
+	// ReasonJobFailed: an upgrade Job failed.
+	ReasonJobFailed = "JobFailed"
+	// ReasonRolledBack: the previous version was restored after a failed post upgrade Job.
+	ReasonRolledBack = "RolledBack"
+	// ReasonReferenceNotFound: a referenced ConfigMap or Secret does not exist.
+	ReasonReferenceNotFound = "ReferenceNotFound"
+	// ReasonPodsNotReady: some pods are not Ready (yet).
+	ReasonPodsNotReady = "PodsNotReady"
+)

@@ -1,0 +1,383 @@
+package v1alpha1
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ZoneRemovalPolicy says what happens to the volumes of a zone removed from spec.az.zones.
+// +kubebuilder:validation:Enum=Retain;Delete
+type ZoneRemovalPolicy string
+
+const (
+	// RetainZoneRemovalPolicy deletes the zone's StatefulSets but keeps their PersistentVolumeClaims.
+	RetainZoneRemovalPolicy ZoneRemovalPolicy = "Retain"
+	// DeleteZoneRemovalPolicy deletes the zone's StatefulSets and their PersistentVolumeClaims.
+	DeleteZoneRemovalPolicy ZoneRemovalPolicy = "Delete"
+)
+
+// ExtendedStatefulSetSpec is the desired state of an ExtendedStatefulSet: a StatefulSet template plus
+// scaling limits, restarts on configuration change, versioned canary upgrades, zones and upgrade Jobs.
+//
+// The replica count lives where a StatefulSet keeps it, at template.spec.replicas; the scale subresource
+// points there. When it is unset the operator runs scaling.min pods (1 without scaling): a schema default
+// cannot refer to another field, so that default is the operator's.
+// +kubebuilder:validation:XValidation:rule="!has(self.updateOnEnvChange) || !has(self.updateOnConfigChange) || self.updateOnEnvChange == self.updateOnConfigChange",message="spec.updateOnEnvChange and spec.updateOnConfigChange are aliases and must not disagree",fieldPath=".updateOnConfigChange"
+// +kubebuilder:validation:XValidation:rule="!has(self.scaling) || !has(self.template.spec.replicas) || (self.template.spec.replicas >= self.scaling.min && (!has(self.scaling.max) || self.template.spec.replicas <= self.scaling.max))",messageExpression="has(self.scaling.max) ? 'spec.template.spec.replicas (%d) must be between spec.scaling.min (%d) and spec.scaling.max (%d)'.format([self.template.spec.replicas, self.scaling.min, self.scaling.max]) : 'spec.template.spec.replicas (%d) must be at least spec.scaling.min (%d)'.format([self.template.spec.replicas, self.scaling.min])",fieldPath=".template.spec.replicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.scaling) || !self.scaling.oddOnly || !has(self.template.spec.replicas) || self.template.spec.replicas % 2 == 1",messageExpression="'spec.template.spec.replicas (%d) must be odd because spec.scaling.oddOnly is true'.format([self.template.spec.replicas])",fieldPath=".template.spec.replicas"
+type ExtendedStatefulSetSpec struct {
+	// scaling restricts the replica count (spec.template.spec.replicas), wherever it is set: kubectl
+	// apply, kubectl scale, a HorizontalPodAutoscaler. Unset: no restriction.
+	// +optional
+	Scaling *Scaling `json:"scaling,omitempty"`
+
+	// updateOnEnvChange, when true, restarts the pods (a rolling update) whenever the data of a ConfigMap
+	// or Secret referenced by the pod template (env, envFrom, volumes, projected volumes) changes: a keyed
+	// hash of the referenced data is kept in the pod template. Metadata-only changes do not restart.
+	// Unset means false. updateOnConfigChange is an alias; set either, or both to the same value.
+	// +optional
+	UpdateOnEnvChange *bool `json:"updateOnEnvChange,omitempty"`
+
+	// updateOnConfigChange is an alias of updateOnEnvChange (the name quarks-statefulset uses). The
+	// effective value is updateOnEnvChange when set, else updateOnConfigChange, else false.
+	// +optional
+	UpdateOnConfigChange *bool `json:"updateOnConfigChange,omitempty"`
+
+	// updateStrategy tunes versioned upgrades: each template change is a new version, deployed as its own
+	// StatefulSet beside the running one; canaries pods of it come up first, then the rest, and lower
+	// versions are deleted once it runs.
+	// +optional
+	// +kubebuilder:default={}
+	UpdateStrategy UpdateStrategy `json:"updateStrategy,omitzero"`
+
+	// template is the StatefulSet to run: its metadata (labels and annotations for the StatefulSets the
+	// operator creates) and an apps/v1 StatefulSetSpec. The operator names the StatefulSets and adds its
+	// own labels, annotations and (with az) zone affinity and environment.
+	// +required
+	Template StatefulSetTemplate `json:"template"`
+
+	// az spreads the pods over availability zones: one StatefulSet per zone. Null or unset: one
+	// StatefulSet, no zone placement (seed 004 sets az to null).
+	// +optional
+	// +nullable
+	AZ *AvailabilityZones `json:"az,omitempty"`
+
+	// upgradeJobs are Jobs run before (pre) and after (post) each upgrade to a new version. A failed pre
+	// Job stops the upgrade; a failed post Job is reported and, with rollbackOnPostFailure, rolls back.
+	// +optional
+	UpgradeJobs *UpgradeJobs `json:"upgradeJobs,omitempty"`
+}
+
+// Scaling restricts the replica count.
+// +kubebuilder:validation:XValidation:rule="!has(self.max) || self.min <= self.max",messageExpression="'spec.scaling.min (%d) must be <= spec.scaling.max (%d)'.format([self.min, self.max])",fieldPath=".min"
+// +kubebuilder:validation:XValidation:rule="!self.oddOnly || self.min % 2 == 1",messageExpression="'spec.scaling.min (%d) must be odd because spec.scaling.oddOnly is true'.format([self.min])",fieldPath=".min"
+type Scaling struct {
+	// min is the minimum replica count, and the count used when spec.template.spec.replicas is unset.
+	// Defaults to 1; set 0 to allow scaling to zero. With oddOnly it must be odd.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	Min *int32 `json:"min,omitempty"`
+
+	// max is the maximum replica count. Unset: no maximum. With oddOnly the highest count allowed is the
+	// largest odd number <= max.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	Max *int32 `json:"max,omitempty"`
+
+	// oddOnly, when true, allows only odd replica counts (quorum-based applications). Defaults to false.
+	// +optional
+	// +kubebuilder:default=false
+	OddOnly bool `json:"oddOnly,omitempty"`
+}
+
+// UpdateStrategy tunes versioned canary upgrades.
+type UpdateStrategy struct {
+	// canaries is the number of pods of a new version started first; each must become Ready within
+	// canaryWatchTime before the remaining pods are started. 0 starts all pods of the new version at
+	// once. Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
+	Canaries *int32 `json:"canaries,omitempty"`
+
+	// retryCount is how many times a canary that does not become Ready within canaryWatchTime is
+	// restarted before the upgrade is given up: the new version's StatefulSet is then annotated
+	// fissile.cloudfoundry.org/stale=true, condition Stale is set and the running version keeps serving.
+	// Unset means 0.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	RetryCount int32 `json:"retryCount,omitempty"`
+
+	// updateNotReady, when true, lets an upgrade proceed although pods of the running version are not
+	// Ready, e.g. to replace a broken version. Unset means false: an upgrade waits for the running
+	// version to be Ready.
+	// +optional
+	UpdateNotReady bool `json:"updateNotReady,omitempty"`
+
+	// canaryWatchTime is how long a canary pod may take to become Ready, as a duration (e.g. "5m",
+	// "90s"). Defaults to 5m.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="spec.updateStrategy.canaryWatchTime must be a duration of at least 1s, e.g. 5m"
+	CanaryWatchTime *metav1.Duration `json:"canaryWatchTime,omitempty"`
+
+	// updateWatchTime is how long each of the remaining (non-canary) pods of a new version may take to
+	// become Ready before the upgrade is given up (as for canaries), as a duration. Defaults to 5m.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="spec.updateStrategy.updateWatchTime must be a duration of at least 1s, e.g. 5m"
+	UpdateWatchTime *metav1.Duration `json:"updateWatchTime,omitempty"`
+}
+
+// StatefulSetTemplate is a whole StatefulSet as a template: metadata and spec.
+type StatefulSetTemplate struct {
+	// metadata holds labels and annotations copied to every StatefulSet the operator creates. Names are
+	// chosen by the operator (<name>[-z<zone index>]-v<version>).
+	// +optional
+	Metadata TemplateMetadata `json:"metadata,omitzero"`
+
+	// spec is an apps/v1 StatefulSetSpec. replicas is the total number of pods across all zones
+	// (see az); when unset the operator uses spec.scaling.min, or 1. The operator manages
+	// updateStrategy of the StatefulSets it creates for its versioned upgrades.
+	// +required
+	Spec appsv1.StatefulSetSpec `json:"spec"`
+}
+
+// TemplateMetadata is the metadata a template may set.
+type TemplateMetadata struct {
+	// labels are added to the StatefulSets the operator creates.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// annotations are added to the StatefulSets the operator creates.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// AvailabilityZones places pods in availability zones. Each zone gets its own StatefulSet with a required
+// node affinity to the zone, labels naming the zone and its index on the pods, and environment variables
+// KUBE_AZ (zone name) and AZ_INDEX (1-based zone index, as in quarks) in every container and init
+// container.
+//
+// spec.template.spec.replicas is the total across zones, spread as evenly as possible (zone i of n gets
+// replicas/n, plus one for the first replicas%n zones), so scaling.min/max/oddOnly keep constraining the
+// total that a quorum depends on and kubectl scale and autoscalers see one consistent number. Upgrades go
+// zone by zone, never two zones at once.
+type AvailabilityZones struct {
+	// zones are the zone names, values of the nodeLabel node label. Empty: no zone placement.
+	// At most 32.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Zones []string `json:"zones,omitempty"`
+
+	// nodeLabel is the node label whose value names a node's zone. Defaults to topology.kubernetes.io/zone;
+	// the legacy failure-domain.beta.kubernetes.io/zone (quarks' default) or any other label key is
+	// accepted.
+	// +optional
+	// +kubebuilder:default="topology.kubernetes.io/zone"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	NodeLabel string `json:"nodeLabel,omitempty"`
+
+	// zoneRemovalPolicy says what happens to the PersistentVolumeClaims of a zone removed from zones:
+	// Retain (the default) deletes the zone's StatefulSets but keeps their claims, so re-adding the zone
+	// finds its data; Delete deletes the claims too. Volumes are never deleted without Delete here.
+	// +optional
+	// +kubebuilder:default=Retain
+	ZoneRemovalPolicy ZoneRemovalPolicy `json:"zoneRemovalPolicy,omitempty"`
+}
+
+// UpgradeJobs are the Jobs run around an upgrade to a new version. Each Job is owned by the
+// ExtendedStatefulSet, named after the version, and runs at most once per version.
+type UpgradeJobs struct {
+	// pre is run before the pods of a new version start. If it fails (after its own backoffLimit), the
+	// upgrade does not start: the version is marked stale and condition UpgradeBlocked and an Event name
+	// the Job.
+	// +optional
+	Pre *batchv1.JobTemplateSpec `json:"pre,omitempty"`
+
+	// post is run once all pods of a new version are Ready. Its failure is reported (condition
+	// PostUpgradeFailed and an Event) and, with rollbackOnPostFailure, the previous version is restored.
+	// +optional
+	Post *batchv1.JobTemplateSpec `json:"post,omitempty"`
+
+	// rollbackOnPostFailure, when true, rolls back to the previous version when the post Job fails.
+	// Defaults to false: the new version keeps running and the failure is reported.
+	// +optional
+	// +kubebuilder:default=false
+	RollbackOnPostFailure bool `json:"rollbackOnPostFailure,omitempty"`
+
+	// historyLimit is the number of finished upgrade Jobs (of past versions) kept. Defaults to 3.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	HistoryLimit *int32 `json:"historyLimit,omitempty"`
+}
+
+// ExtendedStatefulSetStatus is the observed state of an ExtendedStatefulSet, written by the operator.
+type ExtendedStatefulSetStatus struct {
+	// observedGeneration is the metadata.generation the operator last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// versions maps each version that has a StatefulSet to whether it is running (at least one of its
+	// pods is Ready), e.g. {"1": true, "2": false} during an upgrade and {"2": true} once version 1 is
+	// deleted. Versions are the fissile.cloudfoundry.org/version annotation, incremented on each template
+	// change.
+	// +optional
+	Versions map[string]bool `json:"versions,omitempty"`
+
+	// currentVersion is the version serving: the highest version fully rolled out.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	CurrentVersion int32 `json:"currentVersion,omitempty"`
+
+	// updateVersion is the newest version (equal to currentVersion when no upgrade is in progress).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	UpdateVersion int32 `json:"updateVersion,omitempty"`
+
+	// replicas is the number of pods, of all versions and zones (same unit as
+	// spec.template.spec.replicas, for the scale subresource).
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// readyReplicas is the number of Ready pods, of all versions and zones.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// updatedReplicas is the number of pods of updateVersion.
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+
+	// canaryRetries is how many times canaries of updateVersion have been retried (see
+	// spec.updateStrategy.retryCount).
+	// +optional
+	CanaryRetries int32 `json:"canaryRetries,omitempty"`
+
+	// configHash is the keyed hash of the referenced ConfigMap and Secret data now in the pod template
+	// (with updateOnEnvChange). It reveals nothing about the data; a change means a restart.
+	// +optional
+	ConfigHash string `json:"configHash,omitempty"`
+
+	// selector is spec.template.spec.selector in string form, for the scale subresource, so that kubectl
+	// scale and HorizontalPodAutoscalers can find the pods.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// zoneCount is the number of zones in use (0 without az.zones).
+	// +optional
+	ZoneCount int32 `json:"zoneCount,omitempty"`
+
+	// zones is the state per zone, in spec.az.zones order.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Zones []ZoneStatus `json:"zones,omitempty"`
+
+	// conditions describe the state in detail: "Ready" (the summary: one version runs with all its pods
+	// Ready), "Progressing" (an upgrade or restart is under way), "Stale" (the newest version failed and
+	// was marked stale), "UpgradeBlocked" (the pre upgrade Job failed), "PostUpgradeFailed" (the post
+	// upgrade Job failed) and "MissingReference" (a referenced ConfigMap or Secret does not exist).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// ZoneStatus is the state of one zone.
+type ZoneStatus struct {
+	// name is the zone name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// index is the zone's 1-based index (the AZ_INDEX its pods see).
+	// +optional
+	Index int32 `json:"index,omitempty"`
+
+	// replicas is the number of pods in the zone, of all versions.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// readyReplicas is the number of Ready pods in the zone.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// currentVersion is the version serving in the zone.
+	// +optional
+	CurrentVersion int32 `json:"currentVersion,omitempty"`
+
+	// updateVersion is the newest version in the zone; it differs from currentVersion while the zone
+	// is upgrading (at most one zone at a time).
+	// +optional
+	UpdateVersion int32 `json:"updateVersion,omitempty"`
+
+	// versions maps each version with a StatefulSet in the zone to whether it is running.
+	// +optional
+	Versions map[string]bool `json:"versions,omitempty"`
+}
+
+// ExtendedStatefulSet runs a StatefulSet with scaling limits (min, max, odd counts only), pod restarts
+// when referenced ConfigMaps or Secrets change, versioned canary upgrades (each version its own
+// StatefulSet, older versions deleted once a newer one runs), availability zones and upgrade Jobs.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.template.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:categories=statefulops,shortName=ests
+// +kubebuilder:printcolumn:name="Desired",type="integer",JSONPath=".spec.template.spec.replicas"
+// +kubebuilder:printcolumn:name="Current",type="integer",JSONPath=".status.replicas"
+// +kubebuilder:printcolumn:name="Ready Pods",type="integer",JSONPath=".status.readyReplicas"
+// +kubebuilder:printcolumn:name="Version",type="integer",JSONPath=".status.currentVersion"
+// +kubebuilder:printcolumn:name="Zones",type="integer",JSONPath=".status.zoneCount"
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Min",type="integer",JSONPath=".spec.scaling.min",priority=1
+// +kubebuilder:printcolumn:name="Max",type="integer",JSONPath=".spec.scaling.max",priority=1
+// +kubebuilder:printcolumn:name="Update Version",type="integer",JSONPath=".status.updateVersion",priority=1
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters, so that StatefulSet names <name>-z<i>-v<version> and their pod names stay valid"
+type ExtendedStatefulSet struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitzero"`
+
+	// spec is the desired state of the ExtendedStatefulSet.
+	// +required
+	Spec ExtendedStatefulSetSpec `json:"spec"`
+
+	// status is the observed state, written by the operator.
+	// +optional
+	Status ExtendedStatefulSetStatus `json:"status,omitzero"`
+}
+
+// ExtendedStatefulSetList is a list of ExtendedStatefulSets.
+// +kubebuilder:object:root=true
+type ExtendedStatefulSetList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitzero"`
+	// items are the ExtendedStatefulSets.
+	Items []ExtendedStatefulSet `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ExtendedStatefulSet{}, &ExtendedStatefulSetList{})
+}

@@ -1,0 +1,398 @@
+//go:build integration
+
+package api_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// extendedStatefulSetSeed is the "Example Resource" of seed 004 with its one mechanical fix: the invalid
+// metadata.name MyExtendedStatefulSet lowercased. Everything else, comments and the null az included, is
+// unchanged.
+const extendedStatefulSetSeed = `
+---
+apiVersion: fissile.cloudfoundry.org/v1alpha1
+kind: ExtendedStatefulSet
+metadata:
+  name: myextendedstatefulset
+spec:
+  az:  
+  scaling:
+    # Minimum replica count for the StatefulSet
+    min: 3
+    # Maximum replica count for the StatefulSet
+    max: 13
+    # If true, only odd replica counts are valid when scaling the StatefulSet
+    oddOnly: true
+  # If true, the StatefulSet will be updated When an env value or mount changes
+  updateOnEnvChange: true
+  updateStrategy:
+    canaries: 1
+    retryCount: 2
+    updateNotReady: true
+
+  # Below you can see a template for a regular StatefulSet
+  # Nothing else is custom below this point
+  template:
+    metadata:
+      labels:
+        a-label-for-my-stateful-set: "foo"
+    spec:
+      selector:
+        matchLabels:
+          app: my-app
+      serviceName: "app"
+      template:
+        metadata:
+          labels:
+            app: my-app
+        spec:
+          terminationGracePeriodSeconds: 10
+          containers:
+          - name: my-web-app
+            image: k8s.gcr.io/nginx-slim:0.8
+            ports:
+            - containerPort: 80
+              name: web
+`
+
+// extendedStatefulSet returns a valid ExtendedStatefulSet named name with the given extra spec lines
+// (children of spec) and extra template.spec lines (children of spec.template.spec).
+func extendedStatefulSet(name, extraSpec, extraTemplateSpec string) string {
+	return `
+apiVersion: fissile.cloudfoundry.org/v1alpha1
+kind: ExtendedStatefulSet
+metadata:
+  name: ` + name + `
+spec:
+` + extraSpec + `
+  template:
+    spec:
+      selector:
+        matchLabels:
+          app: ` + name + `
+      template:
+        metadata:
+          labels:
+            app: ` + name + `
+        spec:
+          containers:
+          - name: app
+            image: registry.k8s.io/pause:3.10
+` + extraTemplateSpec
+}
+
+// scaling5to9odd is a scaling block used by several cases.
+const scaling5to9odd = `
+  scaling:
+    min: 5
+    max: 9
+    oddOnly: true
+`
+
+func TestExtendedStatefulSetDefaults(t *testing.T) {
+	tests := map[string]struct {
+		doc    string
+		want   map[string]any
+		absent []string
+		null   []string // absent or null
+	}{
+		"seed 004 example": {
+			doc: extendedStatefulSetSeed,
+			want: map[string]any{
+				"spec.scaling.min":                        int64(3),
+				"spec.scaling.max":                        int64(13),
+				"spec.scaling.oddOnly":                    true,
+				"spec.updateOnEnvChange":                  true,
+				"spec.updateStrategy.canaries":            int64(1),
+				"spec.updateStrategy.retryCount":          int64(2),
+				"spec.updateStrategy.updateNotReady":      true,
+				"spec.updateStrategy.canaryWatchTime":     "5m",
+				"spec.updateStrategy.updateWatchTime":     "5m",
+				"spec.template.metadata.labels":           map[string]any{"a-label-for-my-stateful-set": "foo"},
+				"spec.template.spec.serviceName":          "app",
+				"spec.template.spec.selector.matchLabels": map[string]any{"app": "my-app"},
+				// The pod template's labels must survive: the StatefulSet's selector must match them.
+				"spec.template.spec.template.metadata.labels": map[string]any{"app": "my-app"},
+			},
+			// replicas stay unset: the operator uses scaling.min.
+			absent: []string{"spec.template.spec.replicas", "spec.upgradeJobs"},
+			// az: null is accepted (and kept as null, meaning no zones).
+			null: []string{"spec.az"},
+		},
+		"minimal": {
+			doc: extendedStatefulSet("ests-minimal", "", ""),
+			want: map[string]any{
+				"spec.updateStrategy.canaries":        int64(1),
+				"spec.updateStrategy.canaryWatchTime": "5m",
+				"spec.updateStrategy.updateWatchTime": "5m",
+			},
+			absent: []string{"spec.scaling", "spec.updateOnEnvChange", "spec.updateOnConfigChange", "spec.az"},
+		},
+		"empty scaling, zones and upgrade jobs": {
+			doc: extendedStatefulSet("ests-zones", `
+  scaling: {}
+  updateOnConfigChange: true
+  az:
+    zones: [zone-a, zone-b, zone-c]
+  upgradeJobs:
+    pre:
+      spec:
+        template:
+          spec:
+            restartPolicy: Never
+            containers:
+            - name: migrate
+              image: registry.k8s.io/pause:3.10
+`, "      replicas: 3\n"),
+			want: map[string]any{
+				"spec.scaling.min":                       int64(1),
+				"spec.scaling.oddOnly":                   false,
+				"spec.updateOnConfigChange":              true,
+				"spec.az.zones":                          []any{"zone-a", "zone-b", "zone-c"},
+				"spec.az.nodeLabel":                      "topology.kubernetes.io/zone",
+				"spec.az.zoneRemovalPolicy":              "Retain",
+				"spec.upgradeJobs.rollbackOnPostFailure": false,
+				"spec.upgradeJobs.historyLimit":          int64(3),
+				"spec.template.spec.replicas":            int64(3),
+			},
+			absent: []string{"spec.scaling.max", "spec.updateOnEnvChange"},
+		},
+		"both alias spellings, legacy zone label, scale to zero": {
+			doc: extendedStatefulSet("ests-aliases", `
+  scaling:
+    min: 0
+  updateOnEnvChange: false
+  updateOnConfigChange: false
+  az:
+    nodeLabel: failure-domain.beta.kubernetes.io/zone
+    zones: [z1]
+`, "      replicas: 0\n"),
+			want: map[string]any{
+				"spec.scaling.min":            int64(0),
+				"spec.updateOnEnvChange":      false,
+				"spec.updateOnConfigChange":   false,
+				"spec.az.nodeLabel":           "failure-domain.beta.kubernetes.io/zone",
+				"spec.template.spec.replicas": int64(0),
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got := readBack(t, mustApply(t, tc.doc))
+			for path, want := range tc.want {
+				assert.Equal(t, want, field(t, got, path), path)
+			}
+			for _, path := range tc.absent {
+				_, found, err := unstructured.NestedFieldNoCopy(got.Object, strings.Split(path, ".")...)
+				require.NoError(t, err)
+				assert.False(t, found, "%s should stay unset", path)
+			}
+			for _, path := range tc.null {
+				v, _, err := unstructured.NestedFieldNoCopy(got.Object, strings.Split(path, ".")...)
+				require.NoError(t, err)
+				assert.Nil(t, v, "%s should be null or unset", path)
+			}
+		})
+	}
+}
+
+// TestExtendedStatefulSetSeedServerSideApply applies the seed example as `kubectl apply --server-side`
+// does (the way to install CRs next to CRDs too big for client-side apply); az: null must pass there too.
+func TestExtendedStatefulSetSeedServerSideApply(t *testing.T) {
+	obj := decode(t, extendedStatefulSetSeed)
+	obj.SetName("myextendedstatefulset-ssa")
+	require.NoError(t, k8sClient.Patch(t.Context(), obj, client.Apply, client.FieldOwner("validation-test")))
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), obj) })
+	got := readBack(t, obj)
+	assert.Equal(t, int64(3), field(t, got, "spec.scaling.min"))
+	assert.Equal(t, "5m", field(t, got, "spec.updateStrategy.canaryWatchTime"))
+}
+
+func TestExtendedStatefulSetRejectsInvalid(t *testing.T) {
+	tests := map[string]struct {
+		doc  string
+		want []string
+	}{
+		"scaling.min above scaling.max": {
+			doc:  extendedStatefulSet("ests-min-max", "  scaling: {min: 5, max: 3}\n", ""),
+			want: []string{"spec.scaling.min", "spec.scaling.min (5) must be <= spec.scaling.max (3)"},
+		},
+		"replicas above scaling.max": {
+			doc:  extendedStatefulSet("ests-above-max", "  scaling: {min: 3, max: 13, oddOnly: true}\n", "      replicas: 15\n"),
+			want: []string{"spec.template.spec.replicas", "must be between spec.scaling.min (3) and spec.scaling.max (13)"},
+		},
+		"replicas below scaling.min": {
+			doc:  extendedStatefulSet("ests-below-min", scaling5to9odd, "      replicas: 3\n"),
+			want: []string{"spec.template.spec.replicas", "spec.template.spec.replicas (3) must be between spec.scaling.min (5) and spec.scaling.max (9)"},
+		},
+		"replicas below scaling.min without max": {
+			doc:  extendedStatefulSet("ests-below-min-nomax", "  scaling: {min: 2}\n", "      replicas: 1\n"),
+			want: []string{"spec.template.spec.replicas", "must be at least spec.scaling.min (2)"},
+		},
+		"replicas 0 with the default scaling.min": {
+			doc:  extendedStatefulSet("ests-zero-default-min", "  scaling: {}\n", "      replicas: 0\n"),
+			want: []string{"spec.template.spec.replicas", "must be at least spec.scaling.min (1)"},
+		},
+		"even replicas with oddOnly": {
+			doc:  extendedStatefulSet("ests-even", scaling5to9odd, "      replicas: 6\n"),
+			want: []string{"spec.template.spec.replicas", "spec.template.spec.replicas (6) must be odd because spec.scaling.oddOnly is true"},
+		},
+		"even scaling.min with oddOnly": {
+			doc:  extendedStatefulSet("ests-even-min", "  scaling: {min: 2, max: 9, oddOnly: true}\n", ""),
+			want: []string{"spec.scaling.min", "spec.scaling.min (2) must be odd because spec.scaling.oddOnly is true"},
+		},
+		"negative scaling.min": {
+			doc:  extendedStatefulSet("ests-neg-min", "  scaling: {min: -1}\n", ""),
+			want: []string{"spec.scaling.min"},
+		},
+		"scaling.max 0": {
+			doc:  extendedStatefulSet("ests-max-zero", "  scaling: {min: 0, max: 0}\n", ""),
+			want: []string{"spec.scaling.max"},
+		},
+		"update flag aliases disagree": {
+			doc:  extendedStatefulSet("ests-alias-conflict", "  updateOnEnvChange: true\n  updateOnConfigChange: false\n", ""),
+			want: []string{"spec.updateOnConfigChange", "aliases"},
+		},
+		"negative canaries": {
+			doc:  extendedStatefulSet("ests-neg-canaries", "  updateStrategy: {canaries: -1}\n", ""),
+			want: []string{"spec.updateStrategy.canaries"},
+		},
+		"retryCount too large": {
+			doc:  extendedStatefulSet("ests-retries", "  updateStrategy: {retryCount: 1000}\n", ""),
+			want: []string{"spec.updateStrategy.retryCount"},
+		},
+		"canaryWatchTime not a duration": {
+			doc:  extendedStatefulSet("ests-watch-bad", "  updateStrategy: {canaryWatchTime: soon}\n", ""),
+			want: []string{"spec.updateStrategy.canaryWatchTime"},
+		},
+		"updateWatchTime too short": {
+			doc:  extendedStatefulSet("ests-watch-short", "  updateStrategy: {updateWatchTime: 10ms}\n", ""),
+			want: []string{"spec.updateStrategy.updateWatchTime", "at least 1s"},
+		},
+		"invalid zone name": {
+			doc:  extendedStatefulSet("ests-bad-zone", "  az: {zones: [\"zone a\"]}\n", ""),
+			want: []string{"spec.az.zones[0]"},
+		},
+		"duplicate zones": {
+			doc:  extendedStatefulSet("ests-dup-zone", "  az: {zones: [a, a]}\n", ""),
+			want: []string{"spec.az.zones[1]", "Duplicate value"},
+		},
+		"unknown zoneRemovalPolicy": {
+			doc:  extendedStatefulSet("ests-bad-removal", "  az: {zones: [a], zoneRemovalPolicy: Orphan}\n", ""),
+			want: []string{"spec.az.zoneRemovalPolicy", "Unsupported value"},
+		},
+		"invalid nodeLabel": {
+			doc:  extendedStatefulSet("ests-bad-label", "  az: {zones: [a], nodeLabel: \"zone label\"}\n", ""),
+			want: []string{"spec.az.nodeLabel"},
+		},
+		"upgrade Job without a pod template": {
+			doc:  extendedStatefulSet("ests-bad-job", "  upgradeJobs: {pre: {spec: {}}}\n", ""),
+			want: []string{"spec.upgradeJobs.pre.spec.template", "Required value"},
+		},
+		"template without selector": {
+			doc: `
+apiVersion: fissile.cloudfoundry.org/v1alpha1
+kind: ExtendedStatefulSet
+metadata:
+  name: ests-no-selector
+spec:
+  template:
+    spec:
+      template:
+        spec:
+          containers:
+          - name: app
+            image: registry.k8s.io/pause:3.10
+`,
+			want: []string{"spec.template.spec.selector", "Required value"},
+		},
+		"missing template": {
+			doc: `
+apiVersion: fissile.cloudfoundry.org/v1alpha1
+kind: ExtendedStatefulSet
+metadata:
+  name: ests-no-template
+spec:
+  scaling: {min: 1}
+`,
+			want: []string{"spec.template", "Required value"},
+		},
+		"name too long": {
+			doc:  extendedStatefulSet(strings.Repeat("e", 41), "", ""),
+			want: []string{"metadata.name must be at most 40 characters"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			mustReject(t, tc.doc, tc.want...)
+		})
+	}
+}
+
+// TestExtendedStatefulSetScalingLimitsOnUpdate checks that the limits hold on every path that changes
+// the replica count: an update of the object and the scale subresource (kubectl scale, autoscalers).
+func TestExtendedStatefulSetScalingLimitsOnUpdate(t *testing.T) {
+	obj := readBack(t, mustApply(t, extendedStatefulSet("ests-scale", scaling5to9odd, "      replicas: 5\n")))
+	require.NoError(t, unstructured.SetNestedField(obj.Object, "app=ests-scale", "status", "selector"))
+	require.NoError(t, unstructured.SetNestedField(obj.Object, int64(5), "status", "replicas"))
+	require.NoError(t, k8sClient.Status().Update(t.Context(), obj))
+
+	t.Run("update of the object", func(t *testing.T) {
+		obj := readBack(t, obj)
+		require.NoError(t, unstructured.SetNestedField(obj.Object, int64(11), "spec", "template", "spec", "replicas"))
+		err := k8sClient.Update(t.Context(), obj)
+		require.Error(t, err)
+		require.True(t, apierrors.IsInvalid(err), "want an Invalid error, got: %v", err)
+		assert.Contains(t, err.Error(), "spec.template.spec.replicas (11) must be between spec.scaling.min (5) and spec.scaling.max (9)")
+	})
+
+	t.Run("lowering scaling.max below replicas", func(t *testing.T) {
+		obj := readBack(t, obj)
+		require.NoError(t, unstructured.SetNestedField(obj.Object, int64(3), "spec", "scaling", "max"))
+		err := k8sClient.Update(t.Context(), obj)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "spec.scaling.min (5) must be <= spec.scaling.max (3)")
+	})
+
+	scaleTo := func(t *testing.T, replicas int64) error {
+		t.Helper()
+		scale := &unstructured.Unstructured{}
+		scale.SetGroupVersionKind(schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"})
+		require.NoError(t, k8sClient.SubResource("scale").Get(t.Context(), obj, scale))
+		assert.Equal(t, "app=ests-scale", field(t, scale, "status.selector"))
+		require.NoError(t, unstructured.SetNestedField(scale.Object, replicas, "spec", "replicas"))
+		return k8sClient.SubResource("scale").Update(t.Context(), obj, client.WithSubResourceBody(scale))
+	}
+	scaleTests := map[string]struct {
+		replicas int64
+		want     string // empty: accepted
+	}{
+		"scale above max": {replicas: 15, want: "spec.template.spec.replicas (15) must be between spec.scaling.min (5) and spec.scaling.max (9)"},
+		"scale below min": {replicas: 3, want: "spec.template.spec.replicas (3) must be between spec.scaling.min (5) and spec.scaling.max (9)"},
+		"scale to even":   {replicas: 6, want: "spec.template.spec.replicas (6) must be odd because spec.scaling.oddOnly is true"},
+		"scale to 7":      {replicas: 7},
+	}
+	for name, tc := range scaleTests {
+		t.Run(name, func(t *testing.T) {
+			err := scaleTo(t, tc.replicas)
+			if tc.want == "" {
+				require.NoError(t, err)
+				assert.Equal(t, tc.replicas, field(t, readBack(t, obj), "spec.template.spec.replicas"))
+				return
+			}
+			require.Error(t, err, "the scale subresource accepted %d replicas", tc.replicas)
+			require.True(t, apierrors.IsInvalid(err), "want an Invalid error, got: %v", err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

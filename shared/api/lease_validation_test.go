@@ -1,0 +1,134 @@
+//go:build integration
+
+package api_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// seed002Lock is the StatefulSetLock of seed 002, verbatim.
+const seed002Lock = `
+apiVersion: app.anukkrit.me/v1
+kind: StatefulSetLock
+metadata:
+  name: postgres-cluster-lock
+spec:
+  statefulSetName: "postgres-cluster"
+  leaseName: "postgres-cluster-leader-lease"
+  leaseDurationSeconds: 30
+`
+
+// publicLockSample is config/samples/app_v1_statefulsetlock.yaml of the public seed code.
+const publicLockSample = `
+apiVersion: app.anukkrit.me/v1
+kind: StatefulSetLock
+metadata:
+  labels:
+    app.kubernetes.io/name: sts-leader-elect-operator
+    app.kubernetes.io/managed-by: kustomize
+  name: postgres-cluster-lock
+spec:
+  # Name of the StatefulSet to manage leader election for
+  statefulSetName: "postgres-cluster"
+  # Name of the lease object that will be created for coordination
+  leaseName: "postgres-cluster-leader-lease"
+  # Duration in seconds for how long the lease is valid (30 seconds)
+  leaseDurationSeconds: 30
+`
+
+func TestStatefulSetLockDefaults(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		want map[string]any
+	}{
+		{
+			name: "seed 002 example",
+			doc:  seed002Lock,
+			want: map[string]any{
+				"spec.statefulSetName":      "postgres-cluster",
+				"spec.leaseName":            "postgres-cluster-leader-lease",
+				"spec.leaseDurationSeconds": 30,
+				"spec.failoverDelaySeconds": 0,
+			},
+		},
+		{
+			name: "public code sample",
+			doc:  publicLockSample,
+			want: map[string]any{"spec.leaseDurationSeconds": 30, "spec.failoverDelaySeconds": 0},
+		},
+		{
+			name: "explicit failoverDelaySeconds and bounds",
+			doc: `
+apiVersion: app.anukkrit.me/v1
+kind: StatefulSetLock
+metadata: {name: ssl-explicit}
+spec: {statefulSetName: db, leaseName: db.writer, leaseDurationSeconds: 3600, failoverDelaySeconds: 3600}
+`,
+			want: map[string]any{"spec.leaseDurationSeconds": 3600, "spec.failoverDelaySeconds": 3600},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := readBack(t, mustApply(t, tt.doc))
+			for path, want := range tt.want {
+				require.EqualValues(t, want, field(t, got, path), path)
+			}
+		})
+	}
+}
+
+func TestStatefulSetLockRejectsInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		spec string // flow-style spec
+		want []string
+	}{
+		{"leaseDurationSeconds 0", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 0}", []string{"spec.leaseDurationSeconds"}},
+		{"leaseDurationSeconds above 3600", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 3601}", []string{"spec.leaseDurationSeconds"}},
+		{"leaseDurationSeconds missing", "{statefulSetName: db, leaseName: db-lease}", []string{"spec.leaseDurationSeconds", "Required value"}},
+		{"statefulSetName missing", "{leaseName: db-lease, leaseDurationSeconds: 30}", []string{"spec.statefulSetName", "Required value"}},
+		{"statefulSetName empty", "{statefulSetName: '', leaseName: db-lease, leaseDurationSeconds: 30}", []string{"spec.statefulSetName"}},
+		{"statefulSetName not a DNS name", "{statefulSetName: Postgres_Cluster, leaseName: db-lease, leaseDurationSeconds: 30}", []string{"spec.statefulSetName"}},
+		{"leaseName missing", "{statefulSetName: db, leaseDurationSeconds: 30}", []string{"spec.leaseName", "Required value"}},
+		{"leaseName empty", "{statefulSetName: db, leaseName: '', leaseDurationSeconds: 30}", []string{"spec.leaseName"}},
+		{"leaseName not a DNS name", "{statefulSetName: db, leaseName: 'db lease', leaseDurationSeconds: 30}", []string{"spec.leaseName"}},
+		{"failoverDelaySeconds negative", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, failoverDelaySeconds: -1}", []string{"spec.failoverDelaySeconds"}},
+		{"failoverDelaySeconds above 3600", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, failoverDelaySeconds: 3601}", []string{"spec.failoverDelaySeconds"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mustReject(t, "apiVersion: app.anukkrit.me/v1\nkind: StatefulSetLock\nmetadata: {name: ssl-invalid}\nspec: "+tt.spec+"\n", tt.want...)
+		})
+	}
+}
+
+func TestStatefulSetLockUpdates(t *testing.T) {
+	const doc = `
+apiVersion: app.anukkrit.me/v1
+kind: StatefulSetLock
+metadata: {name: ssl-update}
+spec: {statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30}
+`
+	t.Run("statefulSetName is immutable", func(t *testing.T) {
+		obj := mustApply(t, doc)
+		rejectUpdateOf(t, obj, func(u *unstructured.Unstructured) {
+			require.NoError(t, unstructured.SetNestedField(u.Object, "other", "spec", "statefulSetName"))
+		}, "spec.statefulSetName", "immutable")
+	})
+	t.Run("leaseName is immutable", func(t *testing.T) {
+		obj := mustApply(t, doc)
+		rejectUpdateOf(t, obj, func(u *unstructured.Unstructured) {
+			require.NoError(t, unstructured.SetNestedField(u.Object, "other-lease", "spec", "leaseName"))
+		}, "spec.leaseName", "immutable")
+	})
+	t.Run("durations can change", func(t *testing.T) {
+		obj := readBack(t, mustApply(t, doc))
+		require.NoError(t, unstructured.SetNestedField(obj.Object, int64(10), "spec", "leaseDurationSeconds"))
+		require.NoError(t, unstructured.SetNestedField(obj.Object, int64(5), "spec", "failoverDelaySeconds"))
+		require.NoError(t, k8sClient.Update(t.Context(), obj))
+	})
+}

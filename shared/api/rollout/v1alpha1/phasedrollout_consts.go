@@ -1,0 +1,79 @@
+package v1alpha1
+
+// Phases of a PhasedRollout (status.phase). The names are the public seed code's, capitalised.
+const (
+	// PhaseReady: idle, the partition equals the replicas, nothing to roll.
+	PhaseReady PhasedRolloutPhase = "Ready"
+	// PhaseRolling: a rollout is in progress.
+	PhaseRolling PhasedRolloutPhase = "Rolling"
+	// PhaseVerifying: every pod is on the update revision and the last pod's checks are running.
+	PhaseVerifying PhasedRolloutPhase = "Verifying"
+	// PhaseUpdated: the rollout finished and the last step passed its checks.
+	PhaseUpdated PhasedRolloutPhase = "Updated"
+	// PhaseFailed: a step used up check.maxTries; check.onFailure was applied.
+	PhaseFailed PhasedRolloutPhase = "Failed"
+	// PhaseSuspended: skipCheck (or standardRollingUpdate) is true.
+	PhaseSuspended PhasedRolloutPhase = "Suspended"
+	// PhaseErrorCannotManage: the StatefulSet cannot be managed (e.g. updateStrategy OnDelete, or it is
+	// managed by another PhasedRollout).
+	PhaseErrorCannotManage PhasedRolloutPhase = "ErrorCannotManage"
+	// PhaseErrorSTSNotFound: the StatefulSet named by targetRef does not exist.
+	PhaseErrorSTSNotFound PhasedRolloutPhase = "ErrorSTSNotFound"
+)
+
+// States of a rollout step (status.rollingPodStatus.status). The names are the public seed code's.
+const (
+	// StepWaitForPodToBeUpdated: the pod at the partition is not yet on the update revision and Ready.
+	StepWaitForPodToBeUpdated RollingPodState = "WaitForPodToBeUpdated"
+	// StepWaitForAllPodsToBeAvailable: some pod of the StatefulSet is not available.
+	StepWaitForAllPodsToBeAvailable RollingPodState = "WaitForAllPodsToBeAvailable"
+	// StepWaitForInitialDelay: waiting check.initialDelaySeconds before the first check.
+	StepWaitForInitialDelay RollingPodState = "WaitForInitialDelay"
+	// StepWaitForChecks: checks are running until check.successThreshold consecutive passes.
+	StepWaitForChecks RollingPodState = "WaitForChecks"
+	// StepPrometheusError: the last query could not be evaluated; it does not count as a pass.
+	StepPrometheusError RollingPodState = "PrometheusError"
+)
+
+// Condition types of a PhasedRollout (status.conditions[].type).
+const (
+	// ConditionReady is the summary: True when the rollout is idle or progressing without error.
+	ConditionReady = "Ready"
+	// ConditionUpdated is True when every pod runs the update revision and the last step passed.
+	ConditionUpdated = "Updated"
+	// ConditionProgressing is True while a rollout is in progress.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when a rollout failed (check.maxTries exhausted) or cannot proceed.
+	ConditionDegraded = "Degraded"
+)
+
+// Event reasons of a PhasedRollout. RolloutStarted, RolloutCompleted, CannotManage, Suspended and
+// PrometheusConfigError are the public seed code's.
+const (
+	EventRolloutStarted        = "RolloutStarted"
+	EventRolloutCompleted      = "RolloutCompleted"
+	EventCannotManage          = "CannotManage"
+	EventSuspended             = "Suspended"
+	EventPrometheusConfigError = "PrometheusConfigError"
+	// EventRolloutFailed is recorded when a step used up check.maxTries.
+	EventRolloutFailed = "RolloutFailed"
+	// EventPartitionLeftOnDeletion is recorded on the StatefulSet when a PhasedRollout deleted
+	// mid-rollout leaves the partition in place instead of releasing the remaining pods unchecked.
+	EventPartitionLeftOnDeletion = "PartitionLeftOnDeletion"
+)
+
+// Keys on the managed StatefulSet and the credentials Secret (seed 003 and the public seed code).
+const (
+	// ManagedByAnnotation on the StatefulSet names the PhasedRollout that owns its partition.
+	ManagedByAnnotation = "sts.plus/phasedRollout"
+	// Finalizer is put on the managed StatefulSet while a PhasedRollout manages it.
+	Finalizer = "sts.plus/finalizer"
+	// FieldManager is the server-side-apply field manager that owns the partition.
+	FieldManager = "phasedrollout"
+	// SecretKeyToken is the Secret key of a bearer token.
+	SecretKeyToken = "token"
+	// SecretKeyUsername is the Secret key of the basic-authentication user name.
+	SecretKeyUsername = "username"
+	// SecretKeyPassword is the Secret key of the basic-authentication password.
+	SecretKeyPassword = "password"
+)

@@ -1,0 +1,310 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SuccessWhen says which Prometheus query result counts as a passing check.
+// +kubebuilder:validation:Enum=NoData;DataReturned
+type SuccessWhen string
+
+const (
+	// SuccessWhenNoData is seed 003's semantic and the default, like a Prometheus alert: the check
+	// passes when the query returns no data and fails when it returns any sample.
+	SuccessWhenNoData SuccessWhen = "NoData"
+	// SuccessWhenDataReturned is the inverse (the later public code's semantic): the check passes when
+	// the query returns at least one sample ("healthy when data is returned") and fails on no data.
+	SuccessWhenDataReturned SuccessWhen = "DataReturned"
+)
+
+// OnFailure says what happens when a rollout step runs out of check tries.
+// +kubebuilder:validation:Enum=Pause;Rollback
+type OnFailure string
+
+const (
+	// OnFailurePause stops the rollout (phase Failed) and leaves the partition where it is.
+	OnFailurePause OnFailure = "Pause"
+	// OnFailureRollback stops the rollout and re-applies the pod template of the StatefulSet's current
+	// (previous) revision, so the pods already rolled return to it.
+	OnFailureRollback OnFailure = "Rollback"
+)
+
+// PhasedRolloutPhase is the coarse state of a PhasedRollout (status.phase).
+// +kubebuilder:validation:Enum=Ready;Rolling;Verifying;Updated;Failed;Suspended;ErrorCannotManage;ErrorSTSNotFound
+type PhasedRolloutPhase string
+
+// RollingPodState is the state of the current rollout step (status.rollingPodStatus.status).
+// +kubebuilder:validation:Enum=WaitForPodToBeUpdated;WaitForAllPodsToBeAvailable;WaitForInitialDelay;WaitForChecks;PrometheusError
+type RollingPodState string
+
+// PhasedRolloutSpec is the desired behaviour of a PhasedRollout: which StatefulSet it rolls and how
+// each step is checked.
+// +kubebuilder:validation:XValidation:rule="!has(self.skipCheck) || !has(self.standardRollingUpdate) || self.skipCheck == self.standardRollingUpdate",message="spec.skipCheck and spec.standardRollingUpdate are aliases and must not have different values",fieldPath=".standardRollingUpdate"
+// +kubebuilder:validation:XValidation:rule="(has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate) || (has(self.check) && has(self.check.query))",message="spec.check.query is required unless spec.skipCheck is true",fieldPath=".check.query"
+type PhasedRolloutSpec struct {
+	// targetRef is the name of the StatefulSet, in the PhasedRollout's namespace, to manage. Its
+	// updateStrategy must be RollingUpdate; the operator owns
+	// spec.updateStrategy.rollingUpdate.partition. Cannot be changed after creation: retargeting would
+	// leave the previous StatefulSet's partition frozen. Create a new PhasedRollout instead.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.targetRef is immutable"
+	TargetRef string `json:"targetRef"`
+
+	// skipCheck, when true, suspends the phased rollout: the checks are skipped and the StatefulSet's
+	// normal rolling update is resumed. Unset means false. standardRollingUpdate is an alias (the
+	// later public code's name); if both are set they must be equal.
+	// +optional
+	SkipCheck *bool `json:"skipCheck,omitempty"`
+
+	// standardRollingUpdate is an alias of skipCheck, accepted for manifests written for the later
+	// public code. Prefer skipCheck; if both are set they must be equal.
+	// +optional
+	StandardRollingUpdate *bool `json:"standardRollingUpdate,omitempty"`
+
+	// check defines how every rollout step is verified before the next pod is rolled. When omitted,
+	// its defaults apply (initialDelaySeconds 60, periodSeconds 60, successThreshold 3, successWhen
+	// NoData, onFailure Pause), and check.query is then required unless skipCheck is true.
+	// +optional
+	// +kubebuilder:default={}
+	Check Check `json:"check,omitzero"`
+}
+
+// Check describes how a rollout step is verified: after the rolled pod is updated and every pod is
+// available, wait initialDelaySeconds, then run the query every periodSeconds until successThreshold
+// consecutive checks pass (the partition then moves by one) or maxTries checks have run (onFailure
+// then applies). An error or an unreachable Prometheus never counts as a pass.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxTries) || !has(self.successThreshold) || self.maxTries >= self.successThreshold",message="spec.check.maxTries must be >= spec.check.successThreshold (otherwise no step can pass)",fieldPath=".maxTries"
+type Check struct {
+	// initialDelaySeconds is how long, in seconds, to wait after the rolled pod and all other pods are
+	// available before the first check, so Prometheus has fresh data about the new pod. Defaults to
+	// 60; 0 is allowed.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	InitialDelaySeconds *int32 `json:"initialDelaySeconds,omitempty"`
+
+	// periodSeconds is the interval, in seconds, between two checks. Defaults to 60; minimum 1.
+	// +optional
+	// +kubebuilder:default=60
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	PeriodSeconds int32 `json:"periodSeconds,omitempty"`
+
+	// maxTries is the number of checks a step may run without reaching successThreshold consecutive
+	// passes; when it is exhausted the rollout stops and onFailure applies. Unset means no limit (the
+	// rollout waits, never advancing on failed checks). Must be >= successThreshold.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	MaxTries *int32 `json:"maxTries,omitempty"`
+
+	// successThreshold is the number of consecutive passing checks after which a step is considered
+	// safe and the next pod is rolled. Defaults to 3; minimum 1.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	SuccessThreshold int32 `json:"successThreshold,omitempty"`
+
+	// successWhen says which query result passes a check. "NoData" (default, seed 003's semantic, like
+	// a Prometheus alert): a query returning any sample fails the check, an empty result passes — e.g.
+	// `rate(http_requests_total{code=~"5.."}[5m]) > 1`. "DataReturned": the check passes only when the
+	// query returns at least one sample — e.g. `up{job="web"} == 1`. Note that under NoData a
+	// misspelled metric also returns no data and passes.
+	// +optional
+	// +kubebuilder:default=NoData
+	SuccessWhen SuccessWhen `json:"successWhen,omitempty"`
+
+	// onFailure says what happens when a step used up maxTries: "Pause" (default) stops the rollout
+	// with phase Failed and leaves the partition as it is; "Rollback" also re-applies the pod template
+	// of the previous revision. Either way the user resumes by fixing the cause and re-triggering.
+	// +optional
+	// +kubebuilder:default=Pause
+	OnFailure OnFailure `json:"onFailure,omitempty"`
+
+	// query is the Prometheus query each check runs. Required unless skipCheck is true.
+	// +optional
+	Query *PrometheusQuery `json:"query,omitempty"`
+}
+
+// PrometheusQuery describes the Prometheus instant query a check runs and how to reach Prometheus.
+type PrometheusQuery struct {
+	// expr is the PromQL expression to evaluate; how its result is judged is set by check.successWhen.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16384
+	Expr string `json:"expr"`
+
+	// url is the base URL of the Prometheus HTTP API, without the /api/v1/query path, e.g.
+	// "http://prometheus.monitoring:9090". A URL without a scheme (e.g. "prom:9000/xx") means http;
+	// only http and https are accepted.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="!self.contains('://') || self.startsWith('http://') || self.startsWith('https://')",message="spec.check.query.url must use the http or https scheme (or no scheme, meaning http)"
+	URL string `json:"url"`
+
+	// secretRef is the name of a Secret, in the PhasedRollout's namespace, holding Prometheus
+	// credentials: key "token" for bearer authentication, or keys "username" and "password" for basic
+	// authentication. Optional.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SecretRef string `json:"secretRef,omitempty"`
+
+	// insecureSkipVerify, when true, skips verification of Prometheus's TLS certificate. Defaults to
+	// false.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
+// PhasedRolloutStatus is the observed state of a PhasedRollout, written by the operator.
+type PhasedRolloutStatus struct {
+	// observedGeneration is the metadata.generation of the PhasedRollout that the operator last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// phase is the coarse state: "Ready" (idle, partition = replicas), "Rolling" (a rollout is in
+	// progress), "Verifying" (every pod is updated and the last pod's checks are running), "Updated"
+	// (the rollout finished), "Failed" (a step used up check.maxTries), "Suspended" (skipCheck is true),
+	// "ErrorCannotManage" (e.g. the StatefulSet's updateStrategy is OnDelete) or "ErrorSTSNotFound".
+	// +optional
+	Phase PhasedRolloutPhase `json:"phase,omitempty"`
+
+	// message is a human-readable explanation of the phase.
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// currentRevision is the StatefulSet's current revision (the one pods are rolled from).
+	// +optional
+	CurrentRevision string `json:"currentRevision,omitempty"`
+
+	// updateRevision is the StatefulSet's update revision (the one pods are rolled to).
+	// +optional
+	UpdateRevision string `json:"updateRevision,omitempty"`
+
+	// rolloutStartTime is when the current or last rollout started.
+	// +optional
+	RolloutStartTime *metav1.Time `json:"rolloutStartTime,omitempty"`
+
+	// rolloutEndTime is when the last rollout finished (Updated or Failed).
+	// +optional
+	RolloutEndTime *metav1.Time `json:"rolloutEndTime,omitempty"`
+
+	// rollingPodStatus is the state of the current rollout step.
+	// +optional
+	RollingPodStatus *RollingPodStatus `json:"rollingPodStatus,omitempty"`
+
+	// lastQueryResult summarises the last Prometheus query result in words, e.g. "2 samples returned:
+	// check failed (successWhen NoData)".
+	// +optional
+	LastQueryResult string `json:"lastQueryResult,omitempty"`
+
+	// lastError is the last error that kept the rollout from advancing (Prometheus unreachable, bad
+	// credentials, invalid query, ...), in words a person can act on; empty once resolved.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
+
+	// conditions describe the state in detail: "Ready" (the summary), "Updated" (the StatefulSet runs
+	// its update revision on every pod and the last step passed), plus "Progressing" and "Degraded".
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// RollingPodStatus is the state of one rollout step. Field names are the public seed code's
+// (analisysStartTime keeps its spelling so existing tooling keeps working).
+type RollingPodStatus struct {
+	// status is the step's state: "WaitForPodToBeUpdated", "WaitForAllPodsToBeAvailable",
+	// "WaitForInitialDelay", "WaitForChecks" or "PrometheusError".
+	// +optional
+	Status RollingPodState `json:"status,omitempty"`
+
+	// partition is the StatefulSet partition of this step: pods with an ordinal >= partition are on
+	// the update revision.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Partition *int32 `json:"partition,omitempty"`
+
+	// pod is the name of the pod rolled in this step, the one the checks judge.
+	// +optional
+	Pod string `json:"pod,omitempty"`
+
+	// analisysStartTime (sic) is when the checks of this step started (after initialDelaySeconds).
+	// +optional
+	AnalisysStartTime *metav1.Time `json:"analisysStartTime,omitempty"`
+
+	// lastCheckTime is when the last check of this step ran.
+	// +optional
+	LastCheckTime *metav1.Time `json:"lastCheckTime,omitempty"`
+
+	// consecutiveSuccessfulChecks is the number of passing checks in a row in this step.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ConsecutiveSuccessfulChecks int32 `json:"consecutiveSuccessfulChecks,omitempty"`
+
+	// consecutiveFailedChecks is the number of failing checks in a row in this step.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ConsecutiveFailedChecks int32 `json:"consecutiveFailedChecks,omitempty"`
+
+	// totalFailedChecks is the number of failing checks in this step.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TotalFailedChecks int32 `json:"totalFailedChecks,omitempty"`
+
+	// totalChecks is the number of checks run in this step, compared with check.maxTries.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TotalChecks int32 `json:"totalChecks,omitempty"`
+}
+
+// PhasedRollout rolls a StatefulSet to a new revision one pod at a time through its partition: each
+// step waits for the rolled pod and all other pods to be available, then for Prometheus checks to pass,
+// before the next pod is rolled.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=statefulops,shortName=pr
+// +kubebuilder:printcolumn:name="Target",type="string",JSONPath=".spec.targetRef",description="The StatefulSet this PhasedRollout manages"
+// +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase"
+// +kubebuilder:printcolumn:name="Partition",type="integer",JSONPath=".status.rollingPodStatus.partition"
+// +kubebuilder:printcolumn:name="Step",type="string",JSONPath=".status.rollingPodStatus.status",priority=1
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Rollout Start",type="date",JSONPath=".status.rolloutStartTime",priority=1
+// +kubebuilder:printcolumn:name="Rollout End",type="date",JSONPath=".status.rolloutEndTime",priority=1
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+type PhasedRollout struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitzero"`
+
+	// spec is the desired behaviour of the rollout.
+	// +required
+	Spec PhasedRolloutSpec `json:"spec"`
+
+	// status is the observed state, written by the operator.
+	// +optional
+	Status PhasedRolloutStatus `json:"status,omitzero"`
+}
+
+// PhasedRolloutList is a list of PhasedRollouts.
+// +kubebuilder:object:root=true
+type PhasedRolloutList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitzero"`
+	// items are the PhasedRollouts.
+	Items []PhasedRollout `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&PhasedRollout{}, &PhasedRolloutList{})
+}

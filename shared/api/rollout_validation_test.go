@@ -1,0 +1,259 @@
+//go:build integration
+
+package api_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// seed003Rollout and seed003Secret are seed 003's example, verbatim except that the seed separates
+// them with "--", which is not a YAML document separator.
+const seed003Rollout = `
+apiVersion: sts.plus/v1alpha1
+kind: PhasedRollout
+metadata:
+  name: phasedrollout-sample
+spec:
+  targetRef: web   #the name of the statefulset to manage
+  skipCheck: false #if true, the normal rolling update will be resumed
+  check:
+    initialDelaySeconds: 30 #initial delay to wait after a pod is rolled, to permit prometheus to get fresh data
+    periodSeconds: 30       #
+    maxTries: 10
+    successThreshold: 3
+    query:
+      expr: "up{}"           # prometheus query 
+      url: prom:9000/xx      # url of the prometheus endpoint (i.e. without the ` + "`/api/v1/query`" + ` path)
+      secretRef: prom-secret # optional secret to authenticate to prometheus
+`
+
+const seed003Secret = `
+apiVersion: v1
+stringData:
+  token: token #optional token for bearer authentication
+  password: password #optional username to use for basic authentication
+  username: username #optional password to use for basic authentication
+kind: Secret
+metadata:
+  name: prom-secret
+type: Opaque
+`
+
+// publicRolloutSample is the README example of the later public code, which spells skipCheck
+// standardRollingUpdate and has no maxTries.
+const publicRolloutSample = `
+apiVersion: sts.plus/v1alpha1
+kind: PhasedRollout
+metadata:
+  name: phasedrollout-sample
+spec:
+  targetRef: web               # the name of the statefulset to manage
+  standardRollingUpdate: false # if true, the normal rolling update will be resumed
+  check:
+    initialDelaySeconds: 30 # initial delay to wait after a pod is rolled, to permit prometheus to get fresh data
+    periodSeconds: 30       # interval between checks
+    successThreshold: 3     # number of consecutive success checks to consider the rollout step good
+    query:
+      expr: "up{}"           # prometheus query 
+      url: prom:9000/xx      # url of the prometheus endpoint (i.e. without the ` + "`/api/v1/query`" + ` path)
+      secretRef: prom-secret # optional secret to authenticate to prometheus
+`
+
+func TestPhasedRolloutDefaults(t *testing.T) {
+	checkDefaults := map[string]any{
+		"spec.check.initialDelaySeconds": 60,
+		"spec.check.periodSeconds":       60,
+		"spec.check.successThreshold":    3,
+		"spec.check.successWhen":         "NoData",
+		"spec.check.onFailure":           "Pause",
+	}
+	tests := []struct {
+		name   string
+		doc    string
+		want   map[string]any
+		absent []string
+	}{
+		{
+			name: "seed 003 example",
+			doc:  seed003Rollout,
+			want: map[string]any{
+				"spec.targetRef":                 "web",
+				"spec.skipCheck":                 false,
+				"spec.check.initialDelaySeconds": 30,
+				"spec.check.periodSeconds":       30,
+				"spec.check.maxTries":            10,
+				"spec.check.successThreshold":    3,
+				"spec.check.successWhen":         "NoData",
+				"spec.check.onFailure":           "Pause",
+				"spec.check.query.expr":          "up{}",
+				"spec.check.query.url":           "prom:9000/xx",
+				"spec.check.query.secretRef":     "prom-secret",
+			},
+			absent: []string{"spec.standardRollingUpdate", "spec.check.query.insecureSkipVerify"},
+		},
+		{
+			name:   "public code sample (standardRollingUpdate alias)",
+			doc:    publicRolloutSample,
+			want:   map[string]any{"spec.standardRollingUpdate": false, "spec.check.successWhen": "NoData"},
+			absent: []string{"spec.skipCheck", "spec.check.maxTries"},
+		},
+		{
+			name: "no check block (skipCheck)",
+			doc: `
+apiVersion: sts.plus/v1alpha1
+kind: PhasedRollout
+metadata: {name: pr-no-check}
+spec: {targetRef: web, skipCheck: true}
+`,
+			want:   checkDefaults,
+			absent: []string{"spec.check.query", "spec.check.maxTries"},
+		},
+		{
+			name: "no check block (standardRollingUpdate)",
+			doc: `
+apiVersion: sts.plus/v1alpha1
+kind: PhasedRollout
+metadata: {name: pr-no-check-alias}
+spec: {targetRef: web, standardRollingUpdate: true}
+`,
+			want: checkDefaults,
+		},
+		{
+			name: "check with only a query",
+			doc: `
+apiVersion: sts.plus/v1alpha1
+kind: PhasedRollout
+metadata: {name: pr-query-only}
+spec:
+  targetRef: web
+  check: {query: {expr: 'up == 0', url: 'http://prometheus:9090'}}
+`,
+			want:   checkDefaults,
+			absent: []string{"spec.skipCheck", "spec.standardRollingUpdate"},
+		},
+		{
+			name: "explicit zero initialDelaySeconds, both aliases, inverse semantic, rollback",
+			doc: `
+apiVersion: sts.plus/v1alpha1
+kind: PhasedRollout
+metadata: {name: pr-explicit}
+spec:
+  targetRef: web
+  skipCheck: false
+  standardRollingUpdate: false
+  check:
+    initialDelaySeconds: 0
+    periodSeconds: 1
+    successThreshold: 1
+    maxTries: 1
+    successWhen: DataReturned
+    onFailure: Rollback
+    query: {expr: 'up{job="web"} == 1', url: 'https://prometheus:9090', insecureSkipVerify: true}
+`,
+			want: map[string]any{
+				"spec.check.initialDelaySeconds":      0,
+				"spec.check.periodSeconds":            1,
+				"spec.check.successThreshold":         1,
+				"spec.check.maxTries":                 1,
+				"spec.check.successWhen":              "DataReturned",
+				"spec.check.onFailure":                "Rollback",
+				"spec.check.query.insecureSkipVerify": true,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := readBack(t, mustApply(t, tt.doc))
+			for path, want := range tt.want {
+				require.EqualValues(t, want, field(t, got, path), path)
+			}
+			for _, path := range tt.absent {
+				_, found, err := unstructured.NestedFieldNoCopy(got.Object, strings.Split(path, ".")...)
+				require.NoError(t, err)
+				require.False(t, found, "%s should not be set", path)
+			}
+		})
+	}
+}
+
+func TestPhasedRolloutSeedSecretApplies(t *testing.T) {
+	mustApply(t, seed003Secret)
+	mustApply(t, seed003Rollout)
+}
+
+func TestPhasedRolloutRejectsInvalid(t *testing.T) {
+	const query = "    query: {expr: 'up == 0', url: 'http://prometheus:9090'}\n"
+	tests := []struct {
+		name string
+		spec string // the object's spec block, indented by two spaces
+		want []string
+	}{
+		{"targetRef missing", "  check:\n" + query, []string{"spec.targetRef", "Required value"}},
+		{"targetRef not a DNS name", "  targetRef: Web_1\n  check:\n" + query, []string{"spec.targetRef"}},
+		{"successThreshold 0", "  targetRef: web\n  check:\n    successThreshold: 0\n" + query, []string{"spec.check.successThreshold"}},
+		{"periodSeconds 0", "  targetRef: web\n  check:\n    periodSeconds: 0\n" + query, []string{"spec.check.periodSeconds"}},
+		{"initialDelaySeconds negative", "  targetRef: web\n  check:\n    initialDelaySeconds: -1\n" + query, []string{"spec.check.initialDelaySeconds"}},
+		{"maxTries 0", "  targetRef: web\n  check:\n    maxTries: 0\n" + query, []string{"spec.check.maxTries"}},
+		{
+			"maxTries below successThreshold (CEL)",
+			"  targetRef: web\n  check:\n    maxTries: 2\n    successThreshold: 3\n" + query,
+			[]string{"spec.check.maxTries", "must be >= spec.check.successThreshold"},
+		},
+		{
+			"maxTries below the default successThreshold (CEL after defaulting)",
+			"  targetRef: web\n  check:\n    maxTries: 2\n" + query,
+			[]string{"spec.check.maxTries", "must be >= spec.check.successThreshold"},
+		},
+		{
+			"skipCheck and standardRollingUpdate conflict (CEL)",
+			"  targetRef: web\n  skipCheck: true\n  standardRollingUpdate: false\n",
+			[]string{"spec.standardRollingUpdate", "spec.skipCheck"},
+		},
+		{"no check block and checks not skipped (CEL)", "  targetRef: web\n", []string{"spec.check.query", "required unless spec.skipCheck"}},
+		{"check without query (CEL)", "  targetRef: web\n  skipCheck: false\n  check: {periodSeconds: 30}\n", []string{"spec.check.query", "required unless spec.skipCheck"}},
+		{"query.expr missing", "  targetRef: web\n  check:\n    query: {url: 'http://prometheus:9090'}\n", []string{"spec.check.query.expr", "Required value"}},
+		{"query.url missing", "  targetRef: web\n  check:\n    query: {expr: 'up == 0'}\n", []string{"spec.check.query.url", "Required value"}},
+		{"query.url with another scheme (CEL)", "  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: 'ftp://prometheus:9090'}\n", []string{"spec.check.query.url", "http or https"}},
+		{"successWhen unknown", "  targetRef: web\n  check:\n    successWhen: Maybe\n" + query, []string{"spec.check.successWhen", "Unsupported value"}},
+		{"onFailure unknown", "  targetRef: web\n  check:\n    onFailure: Retry\n" + query, []string{"spec.check.onFailure", "Unsupported value"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mustReject(t, "apiVersion: sts.plus/v1alpha1\nkind: PhasedRollout\nmetadata: {name: pr-invalid}\nspec:\n"+tt.spec, tt.want...)
+		})
+	}
+}
+
+func TestPhasedRolloutUpdates(t *testing.T) {
+	const doc = `
+apiVersion: sts.plus/v1alpha1
+kind: PhasedRollout
+metadata: {name: pr-update}
+spec:
+  targetRef: web
+  check: {query: {expr: 'up == 0', url: 'http://prometheus:9090'}}
+`
+	t.Run("targetRef is immutable", func(t *testing.T) {
+		obj := mustApply(t, doc)
+		rejectUpdateOf(t, obj, func(u *unstructured.Unstructured) {
+			require.NoError(t, unstructured.SetNestedField(u.Object, "other", "spec", "targetRef"))
+		}, "spec.targetRef", "immutable")
+	})
+	t.Run("setting a conflicting alias is refused", func(t *testing.T) {
+		obj := mustApply(t, doc)
+		rejectUpdateOf(t, obj, func(u *unstructured.Unstructured) {
+			require.NoError(t, unstructured.SetNestedField(u.Object, true, "spec", "skipCheck"))
+			require.NoError(t, unstructured.SetNestedField(u.Object, false, "spec", "standardRollingUpdate"))
+		}, "spec.standardRollingUpdate")
+	})
+	t.Run("skipCheck and check can change", func(t *testing.T) {
+		obj := readBack(t, mustApply(t, doc))
+		require.NoError(t, unstructured.SetNestedField(obj.Object, true, "spec", "skipCheck"))
+		require.NoError(t, unstructured.SetNestedField(obj.Object, int64(5), "spec", "check", "successThreshold"))
+		require.NoError(t, k8sClient.Update(t.Context(), obj))
+	})
+}

@@ -1,0 +1,176 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// HoldMode names the mechanism that keeps a new pod of a singleton from running its main process until
+// the operator has confirmed that the previous pod is gone.
+// +kubebuilder:validation:Enum=Wrapper;SchedulingGate
+type HoldMode string
+
+const (
+	// HoldModeWrapper is seed 000's mechanism and the default: the pod is scheduled and started ahead of
+	// time, but every app container's entrypoint is wrapped and blocked until the operator grants the
+	// start (status-sidecar, start signal under /var/run/signal, original command in ORIGINAL_ENTRYPOINT).
+	HoldModeWrapper HoldMode = "Wrapper"
+	// HoldModeSchedulingGate creates the pod with a scheduling gate that the operator removes when it is
+	// safe. No command rewrite and no sidecar, but image pulls and volume attachment happen only after
+	// the release.
+	HoldModeSchedulingGate HoldMode = "SchedulingGate"
+)
+
+// StatefulSingletonPhase is the coarse state of a StatefulSingleton.
+// +kubebuilder:validation:Enum=Running;Transitioning;Failed
+type StatefulSingletonPhase string
+
+// StatefulSingletonSpec is the desired behaviour of a StatefulSingleton: which pods form the singleton
+// and how a handover from one pod to the next is timed.
+// +kubebuilder:validation:XValidation:rule="!has(self.terminationGracePeriod) || self.terminationGracePeriod <= self.maxTransitionTime",message="spec.terminationGracePeriod must be <= spec.maxTransitionTime (otherwise every slow shutdown reports a timed-out transition)",fieldPath=".terminationGracePeriod"
+type StatefulSingletonSpec struct {
+	// selector selects, in the StatefulSingleton's namespace, the pods of which at most one may run its
+	// main process at any time (typically the pods of one Deployment or StatefulSet). It must not be
+	// empty and cannot be changed after creation: changing it would move pods in and out of the
+	// singleton in the middle of a handover. Create a new StatefulSingleton instead.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.selector is immutable"
+	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="spec.selector must not be empty (an empty selector would select every pod in the namespace)"
+	Selector metav1.LabelSelector `json:"selector"`
+
+	// terminationGracePeriod is the grace period, in seconds, given to a managed pod to shut down
+	// cleanly; it is written into the pod's terminationGracePeriodSeconds at creation (see
+	// respectPodGracePeriod). Defaults to 30. Must be 1..3600 and not greater than maxTransitionTime:
+	// a longer grace period would make every slow shutdown report a timed-out transition.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	TerminationGracePeriod int32 `json:"terminationGracePeriod,omitempty"`
+
+	// maxTransitionTime is the time, in seconds, a handover (old pod terminating → new pod released) is
+	// expected to take at most. Past it the operator reports the transition as timed out (phase Failed,
+	// condition TransitionTimedOut, Event TransitionTimeout) but keeps holding the new pod: a deadline
+	// never releases a pod while the old one may still run. Defaults to 300; must be 1..3600.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	MaxTransitionTime int32 `json:"maxTransitionTime,omitempty"`
+
+	// respectPodGracePeriod, when true, keeps a pod's own terminationGracePeriodSeconds if it is longer
+	// than terminationGracePeriod; when false, terminationGracePeriod always wins. Defaults to true.
+	// +optional
+	// +kubebuilder:default=true
+	RespectPodGracePeriod *bool `json:"respectPodGracePeriod,omitempty"`
+
+	// holdMode selects how a new pod is kept from running until the previous one is gone.
+	// "Wrapper" (default, seed 000's mechanism): the pod is scheduled and its containers started ahead of
+	// time, each app container's entrypoint wrapped and blocked until the operator grants the start, so
+	// the handover gap is only the process start. "SchedulingGate": the pod is created with a
+	// scheduling gate that the operator removes when safe; no entrypoint rewrite or sidecar, but the
+	// gap includes scheduling, image pull and container creation. A pod whose entrypoint cannot be
+	// determined in Wrapper mode falls back to SchedulingGate (with an Event saying why).
+	// +optional
+	// +kubebuilder:default=Wrapper
+	HoldMode HoldMode `json:"holdMode,omitempty"`
+}
+
+// StatefulSingletonStatus is the observed state of a StatefulSingleton, written by the operator.
+type StatefulSingletonStatus struct {
+	// observedGeneration is the metadata.generation of the StatefulSingleton that the operator last
+	// acted on; status fields describe that generation.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// activePod is the name of the pod currently allowed to run its main process, empty if none.
+	// +optional
+	ActivePod string `json:"activePod,omitempty"`
+
+	// activePodUID is the UID of activePod. Pods of a StatefulSet reuse their name, so the UID is what
+	// identifies the pod that was released.
+	// +optional
+	ActivePodUID string `json:"activePodUID,omitempty"`
+
+	// phase is the coarse state: "Running" (one active pod, nothing pending), "Transitioning" (a new
+	// pod is held while the previous one terminates) or "Failed" (a transition exceeded
+	// maxTransitionTime or cannot proceed; see message and conditions — the new pod stays held).
+	// +optional
+	Phase StatefulSingletonPhase `json:"phase,omitempty"`
+
+	// transitionTimestamp is when the current or last transition started.
+	// +optional
+	TransitionTimestamp *metav1.Time `json:"transitionTimestamp,omitempty"`
+
+	// statusTimestamp is when the operator last wrote this status.
+	// +optional
+	StatusTimestamp *metav1.Time `json:"statusTimestamp,omitempty"`
+
+	// message is a human-readable explanation of the phase (e.g. which pod is awaited and for how long).
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// epoch is the fencing epoch: it increases by one on every release of a pod, is never reused (also
+	// across operator restarts) and is stamped on the released pod as the annotation
+	// apps.statefulsingleton.com/epoch, so the application can read it through the downward API and
+	// fence its storage writes against an older instance.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Epoch int64 `json:"epoch,omitempty"`
+
+	// lastTransitionDuration is how long the last completed handover held the new pod after the old
+	// one was gone (old pod gone → new pod released), e.g. "850ms".
+	// +optional
+	LastTransitionDuration *metav1.Duration `json:"lastTransitionDuration,omitempty"`
+
+	// conditions describe the state in detail. "Ready" is the summary (True when an active pod runs and
+	// no transition is stuck); others include TransitionTimedOut, FencingRequired, UngatedPod,
+	// OverlapDetected and SelectorConflict.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// StatefulSingleton makes the pods it selects (typically those of a one-replica Deployment or
+// StatefulSet) run their main process one at a time: a new pod is held until the previous one is gone,
+// then released, so two instances never run in parallel during rollouts, drains or pod deletions.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=statefulops,shortName=sss
+// +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.phase"
+// +kubebuilder:printcolumn:name="Active Pod",type="string",JSONPath=".status.activePod"
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Hold Mode",type="string",JSONPath=".spec.holdMode",priority=1
+// +kubebuilder:printcolumn:name="Epoch",type="integer",JSONPath=".status.epoch",priority=1
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+type StatefulSingleton struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitzero"`
+
+	// spec is the desired behaviour of the singleton.
+	// +required
+	Spec StatefulSingletonSpec `json:"spec"`
+
+	// status is the observed state, written by the operator.
+	// +optional
+	Status StatefulSingletonStatus `json:"status,omitzero"`
+}
+
+// StatefulSingletonList is a list of StatefulSingletons.
+// +kubebuilder:object:root=true
+type StatefulSingletonList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitzero"`
+	// items are the StatefulSingletons.
+	Items []StatefulSingleton `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&StatefulSingleton{}, &StatefulSingletonList{})
+}

@@ -1,0 +1,206 @@
+// Package manager is the one bootstrap every statefulops binary uses: a cobra root command with the
+// kubebuilder flag names and controller-runtime's zap flags, a controller-runtime manager with secure
+// metrics, /healthz and /readyz, and leader election under an ID unique to the binary. A binary's main
+// only names itself, its API types and its controllers.
+package manager
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/statefulops/statefulops/shared/version"
+)
+
+// Options describe one binary.
+type Options struct {
+	// Name is the binary's name, e.g. "lease-operator". It names the command and the logger.
+	Name string
+	// Short is the one-line description shown by --help.
+	Short string
+	// LeaderElectionID names the Lease that elects the active replica. It must be unique per binary so
+	// that each operator can be installed, scaled and upgraded on its own.
+	LeaderElectionID string
+	// Schemes add the API types the binary serves or watches, beyond client-go's built-in kinds.
+	Schemes []func(*runtime.Scheme) error
+	// Webhooks makes the binary serve admission webhooks over TLS and adds the --webhook-* flags.
+	Webhooks bool
+	// Setup registers the binary's controllers and webhooks with the manager before it starts.
+	Setup func(ctx context.Context, mgr ctrl.Manager) error
+}
+
+// flags are the command-line settings shared by every binary.
+type flags struct {
+	metricsAddr             string
+	metricsSecure           bool
+	metricsCertPath         string
+	metricsCertName         string
+	metricsCertKey          string
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionNamespace string
+	enableHTTP2             bool
+	webhookCertPath         string
+	webhookCertName         string
+	webhookCertKey          string
+	webhookHost             string
+	webhookPort             int
+	zap                     zap.Options
+}
+
+// Main runs the binary described by opts and exits non-zero on error. SIGTERM and SIGINT stop it cleanly.
+func Main(opts Options) {
+	if err := NewRootCommand(opts).ExecuteContext(ctrl.SetupSignalHandler()); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// NewRootCommand returns the cobra command of the binary described by opts. Executing it runs the manager
+// until the command's context is cancelled.
+func NewRootCommand(opts Options) *cobra.Command {
+	f := &flags{}
+	cmd := &cobra.Command{
+		Use:           opts.Name,
+		Short:         opts.Short,
+		Version:       version.Get(),
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), opts, f)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8443",
+		"Address the metrics endpoint binds to: :8443 for HTTPS, :8080 for HTTP, 0 to turn metrics off.")
+	fs.BoolVar(&f.metricsSecure, "metrics-secure", true,
+		"Serve metrics over HTTPS and allow only clients authorized by the API server (TokenReview and SubjectAccessReview).")
+	fs.StringVar(&f.metricsCertPath, "metrics-cert-path", "",
+		"Directory with the metrics server's certificate; empty means a self-signed certificate generated at start.")
+	fs.StringVar(&f.metricsCertName, "metrics-cert-name", "tls.crt", "File name of the metrics server's certificate.")
+	fs.StringVar(&f.metricsCertKey, "metrics-cert-key", "tls.key", "File name of the metrics server's key.")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
+	fs.BoolVar(&f.leaderElect, "leader-elect", true,
+		"Elect one active replica through a Lease, so that running several replicas is safe.")
+	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "",
+		"Namespace of the leader-election Lease; defaults to the pod's own namespace in a cluster and is required outside one.")
+	fs.BoolVar(&f.enableHTTP2, "enable-http2", false,
+		"Allow HTTP/2 on the metrics and webhook servers (off by default: HTTP/2 Stream Cancellation and Rapid Reset CVEs).")
+	if opts.Webhooks {
+		fs.StringVar(&f.webhookCertPath, "webhook-cert-path", "",
+			"Directory with the webhook server's certificate and key; reloaded when they change.")
+		fs.StringVar(&f.webhookCertName, "webhook-cert-name", "tls.crt", "File name of the webhook server's certificate.")
+		fs.StringVar(&f.webhookCertKey, "webhook-cert-key", "tls.key", "File name of the webhook server's key.")
+		fs.StringVar(&f.webhookHost, "webhook-host", "", "Address the webhook server binds to; empty means all addresses.")
+		fs.IntVar(&f.webhookPort, "webhook-port", 9443, "Port the webhook server listens on.")
+	}
+	// controller-runtime registers --kubeconfig on the standard flag set; zap adds --zap-*.
+	goflags := flag.NewFlagSet(opts.Name, flag.ContinueOnError)
+	if kubeconfig := flag.CommandLine.Lookup(config.KubeconfigFlagName); kubeconfig != nil {
+		goflags.Var(kubeconfig.Value, kubeconfig.Name, kubeconfig.Usage)
+	}
+	f.zap.BindFlags(goflags)
+	fs.AddGoFlagSet(goflags)
+	return cmd
+}
+
+// run builds the manager from the flags, lets the binary register its controllers and runs until ctx ends.
+func run(ctx context.Context, opts Options, f *flags) error {
+	logger := zap.New(zap.UseFlagOptions(&f.zap)).WithName(opts.Name)
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger) // client-go logs through the same zap logger.
+	setupLog := logger.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	for _, add := range append([]func(*runtime.Scheme) error{clientgoscheme.AddToScheme}, opts.Schemes...) {
+		if err := add(scheme); err != nil {
+			return fmt.Errorf("registering API types: %w", err)
+		}
+	}
+
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+
+	var tlsOpts []func(*tls.Config)
+	if !f.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOpts := metricsserver.Options{
+		BindAddress:   f.metricsAddr,
+		SecureServing: f.metricsSecure,
+		CertDir:       f.metricsCertPath,
+		CertName:      f.metricsCertName,
+		KeyName:       f.metricsCertKey,
+		TLSOpts:       tlsOpts,
+	}
+	if f.metricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	mgrOpts := ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        f.probeAddr,
+		LeaderElection:                f.leaderElect,
+		LeaderElectionID:              opts.LeaderElectionID,
+		LeaderElectionNamespace:       f.leaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true, // the main process exits right after, so a successor need not wait out the lease
+	}
+	if opts.Webhooks {
+		mgrOpts.WebhookServer = webhook.NewServer(webhook.Options{
+			Host:     f.webhookHost,
+			Port:     f.webhookPort,
+			CertDir:  f.webhookCertPath,
+			CertName: f.webhookCertName,
+			KeyName:  f.webhookCertKey,
+			TLSOpts:  tlsOpts,
+		})
+	}
+	mgr, err := ctrl.NewManager(restConfig, mgrOpts)
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding the readiness check: %w", err)
+	}
+	if opts.Webhooks {
+		// Not ready until the webhook server serves TLS, so no admission request reaches a pod without a certificate.
+		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			return fmt.Errorf("adding the webhook readiness check: %w", err)
+		}
+	}
+
+	if opts.Setup != nil {
+		if err := opts.Setup(ctx, mgr); err != nil {
+			return fmt.Errorf("setting up controllers: %w", err)
+		}
+	}
+
+	setupLog.Info("Starting manager", "version", version.Get(), "leaderElection", f.leaderElect, "leaderElectionID", opts.LeaderElectionID)
+	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	setupLog.Info("Manager stopped")
+	return nil
+}

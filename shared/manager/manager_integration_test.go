@@ -1,0 +1,114 @@
+//go:build integration
+
+package manager
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// A binary built on this bootstrap starts against a real API server, serves /healthz and /readyz and
+// metrics, wins its leader election under its own ID, calls Setup, and returns cleanly when its context
+// ends (SIGTERM cancels it in Main), releasing the Lease so a successor can take over at once.
+func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	kubeconfig := writeKubeconfig(t, cfg.Host, cfg.CAData, cfg.CertData, cfg.KeyData)
+
+	probePort, metricsPort := freePort(t), freePort(t)
+	setupCalled := make(chan ctrl.Manager, 1)
+	cmd := NewRootCommand(Options{
+		Name:             "test-operator",
+		LeaderElectionID: "test-operator.statefulops.dev",
+		Setup: func(_ context.Context, mgr ctrl.Manager) error {
+			setupCalled <- mgr
+			return nil
+		},
+	})
+	cmd.SetArgs([]string{
+		"--kubeconfig", kubeconfig,
+		"--leader-election-namespace", "default",
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort),
+		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+
+	select {
+	case <-setupCalled:
+	case err := <-done:
+		t.Fatalf("the command returned before Setup: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Setup was not called")
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		require.Eventually(t, func() bool {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", probePort, path))
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}, 30*time.Second, 100*time.Millisecond, "%s never answered 200", path)
+	}
+
+	clientset, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	var lease *coordinationv1.Lease
+	require.Eventually(t, func() bool {
+		lease, err = clientset.CoordinationV1().Leases("default").Get(t.Context(), "test-operator.statefulops.dev", metav1.GetOptions{})
+		return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != ""
+	}, 30*time.Second, 100*time.Millisecond, "the leader-election Lease was never acquired")
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err, "a cancelled context is a clean stop")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command did not return after its context was cancelled")
+	}
+	lease, err = clientset.CoordinationV1().Leases("default").Get(t.Context(), "test-operator.statefulops.dev", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.True(t, lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "", "the Lease is released on a clean stop")
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func writeKubeconfig(t *testing.T, host string, ca, cert, key []byte) string {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: host, CertificateAuthorityData: ca}
+	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	cfg.CurrentContext = "envtest"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*cfg, path))
+	require.FileExists(t, path)
+	_ = os.Chmod(path, 0o600)
+	return path
+}

@@ -1,0 +1,56 @@
+package manager
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRootCommandHasTheKubebuilderFlagsWithTheirDefaults(t *testing.T) {
+	cmd := NewRootCommand(Options{Name: "test-operator", LeaderElectionID: "test.statefulops.dev"})
+	for name, want := range map[string]string{
+		"metrics-bind-address":      ":8443",
+		"metrics-secure":            "true",
+		"health-probe-bind-address": ":8081",
+		"leader-elect":              "true",
+		"leader-election-namespace": "",
+		"enable-http2":              "false",
+		"kubeconfig":                "",
+		"zap-log-level":             "",
+		"zap-encoder":               "",
+	} {
+		f := cmd.Flags().Lookup(name)
+		if assert.NotNil(t, f, "flag --%s", name) && want != "" {
+			assert.Equal(t, want, f.DefValue, "default of --%s", name)
+		}
+	}
+	assert.Nil(t, cmd.Flags().Lookup("webhook-cert-path"), "only webhook servers have --webhook-cert-path")
+}
+
+func TestWebhookServersHaveTheWebhookFlags(t *testing.T) {
+	cmd := NewRootCommand(Options{Name: "webhook-server", Webhooks: true})
+	for _, name := range []string{"webhook-cert-path", "webhook-cert-name", "webhook-cert-key", "webhook-host", "webhook-port"} {
+		assert.NotNil(t, cmd.Flags().Lookup(name), "flag --%s", name)
+	}
+}
+
+func TestVersionFlagPrintsTheVersion(t *testing.T) {
+	cmd := NewRootCommand(Options{Name: "test-operator"})
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--version"})
+	require.NoError(t, cmd.Execute())
+	assert.Equal(t, "test-operator version devel\n", out.String())
+}
+
+func TestUnknownFlagsAndArgumentsAreRefused(t *testing.T) {
+	for _, args := range [][]string{{"--no-such-flag"}, {"extra-argument"}, {"--leader-elect=maybe"}} {
+		cmd := NewRootCommand(Options{Name: "test-operator"})
+		cmd.SetArgs(args)
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		assert.Error(t, cmd.Execute(), "args %v", args)
+	}
+}
