@@ -109,7 +109,7 @@ verify: manifests ## Fail if anything generated is stale, a module is untidy, or
 	test -z "$$(gofmt -l $(MODULES))" || { gofmt -l $(MODULES); echo "gofmt: the files above are not formatted"; exit 1; }
 	for m in $(MODULES); do (cd $$m && go vet -tags integration,e2e ./...); done
 	git diff --exit-code -- . || { echo "generated files, go.mod/go.sum or go.work.sum are stale: run 'make verify' and commit the result"; exit 1; }
-	test -z "$$(git status --porcelain --untracked-files=all -- deploy '*/config' '*/zz_generated.deepcopy.go')" || { git status --porcelain -- deploy '*/config'; echo "untracked generated files: commit them"; exit 1; }
+	test -z "$$(git status --porcelain --untracked-files=all -- deploy '*/config' '*/zz_generated.deepcopy.go' go.work.sum)" || { git status --porcelain -- deploy '*/config'; echo "untracked generated files: commit them"; exit 1; }
 
 ##@ Tools (built once into $(CACHE))
 

@@ -1,0 +1,116 @@
+// Command run is `make run` and `make down`:
+//
+//	run up   [-state-dir DIR]
+//	run down [-state-dir DIR]
+//
+// up starts the local cluster (package localcluster), installs every operator from deploy/ with
+// kubectl, starts every operator and the webhook server as local processes (package operators), applies
+// the samples of each operator (<operator>/config/samples), prints what is there and returns, leaving
+// everything running. down stops the processes and the cluster. Both are idempotent.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/statefulops/statefulops/e2e/localcluster"
+	"github.com/statefulops/statefulops/e2e/operators"
+)
+
+func main() {
+	if len(os.Args) < 2 || (os.Args[1] != "up" && os.Args[1] != "down") {
+		fmt.Fprintln(os.Stderr, "usage: run up|down [-state-dir DIR]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	stateDir := fs.String("state-dir", "", "state dir of the local cluster (default <repo>/.local)")
+	_ = fs.Parse(os.Args[2:])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root, err := localcluster.RepoRoot()
+	if err == nil && *stateDir == "" {
+		*stateDir = filepath.Join(root, ".local")
+	}
+	if err == nil {
+		if os.Args[1] == "up" {
+			err = up(ctx, root, *stateDir)
+		} else {
+			err = down(ctx, *stateDir)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "run:", err)
+		os.Exit(1)
+	}
+}
+
+func up(ctx context.Context, root, stateDir string) error {
+	start := time.Now()
+	cluster, err := localcluster.Up(ctx, localcluster.Options{StateDir: stateDir, Log: os.Stdout})
+	if err != nil {
+		return err
+	}
+	k := operators.Kubectl{Bin: filepath.Join(cluster.KubeBin(), "kubectl"), Kubeconfig: cluster.Kubeconfig()}
+
+	manifests, err := operators.Manifests(root)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("run: installing %d operators from deploy/\n", len(manifests))
+	if err := operators.Install(ctx, k, manifests); err != nil {
+		return err
+	}
+	// The kwok nodes run no containers, so the in-cluster Deployments would only show pretend pods: the
+	// operators run as local processes instead, under the same ServiceAccounts and RBAC.
+	for _, b := range operators.All() {
+		if b.ServiceAccount == "" {
+			continue
+		}
+		if _, err := k.Run(ctx, "scale", "deployment", "--replicas=0", "-n", b.Name+"-system", b.Name+"-controller-manager"); err != nil {
+			return err
+		}
+	}
+	if _, err := operators.Start(ctx, operators.Options{StateDir: stateDir, Kubeconfig: cluster.Kubeconfig(), Log: os.Stdout}, operators.All()); err != nil {
+		return err
+	}
+
+	samples, err := filepath.Glob(filepath.Join(root, "*-operator", "config", "samples", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, s := range samples {
+		if _, err := k.Run(ctx, "apply", "-f", s); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("run: applied %d samples\n\n", len(samples))
+
+	out, err := k.Run(ctx, "get", "statefulops", "-A")
+	if err != nil {
+		return err
+	}
+	fmt.Println(out)
+	fmt.Printf("The local cluster is up (%s).\n\n", time.Since(start).Round(time.Second))
+	fmt.Printf("  export KUBECONFIG=%s\n  kubectl get statefulops -A\n\n", cluster.Kubeconfig())
+	fmt.Println("Operator logs:")
+	for _, b := range operators.All() {
+		fmt.Printf("  %-19s %s\n", b.Name, operators.LogPath(stateDir, b.Name))
+	}
+	fmt.Println("\nStop everything with: make down")
+	return nil
+}
+
+func down(ctx context.Context, stateDir string) error {
+	if err := operators.Stop(ctx, stateDir, 15*time.Second); err != nil {
+		return err
+	}
+	fmt.Println("run: operators stopped")
+	return localcluster.DownExisting(ctx, stateDir)
+}

@@ -1,0 +1,228 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/statefulops/statefulops/e2e/localcluster"
+)
+
+// These tests prove the simulation rules of the local cluster's kwok Stages (localcluster/stages/).
+
+// TestKwokNodes checks the kwok nodes Up creates: Ready, one per zone, with a Lease that kwok renews.
+func TestKwokNodes(t *testing.T) {
+	nodes, err := client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: "type=kwok"})
+	require.NoError(t, err)
+	var names, zones []string
+	for _, node := range nodes.Items {
+		names = append(names, node.Name)
+		zones = append(zones, node.Labels[corev1.LabelTopologyZone])
+		assert.Equal(t, corev1.ConditionTrue, nodeCondition(&node, corev1.NodeReady), "node %s Ready", node.Name)
+		assert.Equal(t, node.Name, node.Labels[corev1.LabelHostname])
+
+		lease, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(t.Context(), node.Name, metav1.GetOptions{})
+		if assert.NoError(t, err, "lease of node %s", node.Name) {
+			assert.WithinDuration(t, time.Now(), lease.Spec.RenewTime.Time, time.Minute, "lease of node %s renewed", node.Name)
+		}
+	}
+	assert.ElementsMatch(t, []string{"statefulops-kwok-0", "statefulops-kwok-1", "statefulops-kwok-2"}, names)
+	assert.ElementsMatch(t, []string{"zone-a", "zone-b", "zone-c"}, zones)
+}
+
+// TestKwokReadinessGate checks that kwok never sets a readiness gate's condition: the pod runs with
+// ContainersReady=True but stays Ready=False until the test (standing in for the gate's controller)
+// sets the gate condition True, and Ready follows when the gate flips back.
+func TestKwokReadinessGate(t *testing.T) {
+	const gate = "statefulops.dev/e2e-gate"
+	ns := newNamespace(t)
+	pod := testPod("gated")
+	pod.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: gate}}
+	createPod(t, ns, pod)
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		p, err := fetchPod(t, ns, "gated")
+		require.NoError(c, err)
+		assert.Equal(c, corev1.ConditionTrue, podCondition(p, corev1.ContainersReady))
+	}, timeout, tick, "containers ready")
+	require.Never(t, func() bool {
+		p, err := fetchPod(t, ns, "gated")
+		return err == nil && (podCondition(p, corev1.PodReady) == corev1.ConditionTrue || podCondition(p, gate) != "")
+	}, 3*time.Second, tick, "Ready or the gate condition set without the gate's controller")
+
+	setGate := func(status corev1.ConditionStatus) {
+		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
+			Type: gate, Status: status, LastTransitionTime: metav1.Now(),
+		}}}})
+		require.NoError(t, err)
+		_, err = client.CoreV1().Pods(ns).Patch(t.Context(), "gated", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		require.NoError(t, err)
+	}
+	waitReady := func(want corev1.ConditionStatus) {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			p, err := fetchPod(t, ns, "gated")
+			require.NoError(c, err)
+			assert.Equal(c, want, podCondition(p, corev1.PodReady))
+		}, timeout, tick, "pod Ready=%s", want)
+	}
+
+	setGate(corev1.ConditionTrue)
+	waitReady(corev1.ConditionTrue)
+	setGate(corev1.ConditionFalse)
+	waitReady(corev1.ConditionFalse)
+	assert.Equal(t, corev1.ConditionTrue, podCondition(getPod(t, ns, "gated"), corev1.ContainersReady))
+}
+
+// TestKwokTerminatingSeconds checks how long a deleted pod stays Terminating: 1s by default, the
+// value of the annotation statefulops.dev/kwok-terminating-seconds, but never longer than its grace
+// period. Timestamps have a one-second resolution, hence the loose bounds.
+func TestKwokTerminatingSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		annotation    string
+		grace         int64
+		atLeast, most time.Duration
+	}{
+		{name: "default", grace: 30, atLeast: 0, most: 5 * time.Second},
+		{name: "annotated", annotation: "6", grace: 30, atLeast: 4500 * time.Millisecond, most: 12 * time.Second},
+		{name: "capped-by-grace", annotation: "600", grace: 4, atLeast: 2500 * time.Millisecond, most: 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			pod := testPod("doomed")
+			pod.Spec.TerminationGracePeriodSeconds = ptr.To(tc.grace)
+			if tc.annotation != "" {
+				pod.Annotations = map[string]string{localcluster.TerminatingSecondsAnnotation: tc.annotation}
+			}
+			createPod(t, ns, pod)
+
+			start := time.Now()
+			require.NoError(t, client.CoreV1().Pods(ns).Delete(t.Context(), "doomed", metav1.DeleteOptions{}))
+			if tc.atLeast > time.Second {
+				// Still there, Terminating, well before its time.
+				time.Sleep(tc.atLeast - time.Second)
+				assert.NotNil(t, getPod(t, ns, "doomed").DeletionTimestamp)
+			}
+			require.Eventually(t, func() bool { return podGone(t, ns, "doomed") }, timeout, 100*time.Millisecond)
+			elapsed := time.Since(start)
+			t.Logf("terminating for %s", elapsed.Round(time.Millisecond))
+			assert.GreaterOrEqual(t, elapsed, tc.atLeast)
+			assert.LessOrEqual(t, elapsed, tc.most)
+		})
+	}
+}
+
+// TestKwokNodeNotReady makes a node NotReady, as if its kubelet died, and checks that its pods stay
+// put: still bound and running on paper but marked not ready by the node controller, and a deleted one
+// is not removed (nobody is there to stop its containers) until the node is Ready again.
+func TestKwokNodeNotReady(t *testing.T) {
+	node := localcluster.NodeName(2)
+	ns := newNamespace(t)
+	for _, name := range []string{"stranded", "doomed"} {
+		pod := testPod(name)
+		pod.Spec.NodeName = node
+		createPod(t, ns, pod)
+	}
+	before := getPod(t, ns, "stranded")
+	// Registered after the namespace, so it runs before the namespace is deleted.
+	t.Cleanup(func() {
+		assert.NoError(t, localcluster.SetNodeReady(context.Background(), client, node, true))
+	})
+
+	start := time.Now()
+	require.NoError(t, localcluster.SetNodeReady(t.Context(), client, node, false))
+	t.Logf("node NotReady after %s", time.Since(start).Round(time.Millisecond))
+	n, err := client.CoreV1().Nodes().Get(t.Context(), node, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Contains(t, []corev1.ConditionStatus{corev1.ConditionFalse, corev1.ConditionUnknown}, nodeCondition(n, corev1.NodeReady))
+
+	require.NoError(t, client.CoreV1().Pods(ns).Delete(t.Context(), "doomed", metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		p, err := fetchPod(t, ns, "stranded")
+		require.NoError(c, err)
+		assert.Equal(c, corev1.ConditionFalse, podCondition(p, corev1.PodReady), "marked not ready by the node controller")
+	}, timeout, tick)
+	after := getPod(t, ns, "stranded")
+	assert.Equal(t, before.UID, after.UID)
+	assert.Equal(t, node, after.Spec.NodeName)
+	assert.Equal(t, corev1.PodRunning, after.Status.Phase)
+	require.Never(t, func() bool { return podGone(t, ns, "doomed") }, 3*time.Second, tick, "pod removed from a NotReady node")
+	assert.NotNil(t, getPod(t, ns, "doomed").DeletionTimestamp)
+
+	require.NoError(t, localcluster.SetNodeReady(t.Context(), client, node, true))
+	require.Eventually(t, func() bool { return podGone(t, ns, "doomed") }, timeout, tick, "pod removed once its node is back")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		p, err := fetchPod(t, ns, "stranded")
+		require.NoError(c, err)
+		assert.Equal(c, corev1.ConditionTrue, podCondition(p, corev1.PodReady), "ready again")
+	}, timeout, tick)
+}
+
+// TestKwokPodCompletes checks that pods which may complete do so when annotated with an exit code:
+// a Job's pod exits 0 and the Job completes; a pod exiting 3 fails; a pod that always restarts ignores
+// the annotation.
+func TestKwokPodCompletes(t *testing.T) {
+	ns := newNamespace(t)
+
+	t.Run("job succeeds", func(t *testing.T) {
+		t.Parallel()
+		template := podTemplate("job")
+		template.Annotations = map[string]string{localcluster.ExitCodeAnnotation: "0"}
+		template.Spec.RestartPolicy = corev1.RestartPolicyNever
+		_, err := client.BatchV1().Jobs(ns).Create(t.Context(), &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: "job"},
+			Spec:       batchv1.JobSpec{Template: template},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			job, err := client.BatchV1().Jobs(ns).Get(t.Context(), "job", metav1.GetOptions{})
+			require.NoError(c, err)
+			assert.True(c, slices.ContainsFunc(job.Status.Conditions, func(cond batchv1.JobCondition) bool {
+				return cond.Type == batchv1.JobComplete && cond.Status == corev1.ConditionTrue
+			}), "job complete: %+v", job.Status)
+			assert.EqualValues(c, 1, job.Status.Succeeded)
+		}, timeout, tick)
+	})
+
+	t.Run("pod fails", func(t *testing.T) {
+		t.Parallel()
+		pod := testPod("failing")
+		pod.Annotations = map[string]string{localcluster.ExitCodeAnnotation: "3"}
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		_, err := client.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			p, err := fetchPod(t, ns, "failing")
+			require.NoError(c, err)
+			require.Equal(c, corev1.PodFailed, p.Status.Phase)
+			require.Len(c, p.Status.ContainerStatuses, 1)
+			terminated := p.Status.ContainerStatuses[0].State.Terminated
+			require.NotNil(c, terminated)
+			assert.EqualValues(c, 3, terminated.ExitCode)
+		}, timeout, tick)
+	})
+
+	t.Run("always restarting pod keeps running", func(t *testing.T) {
+		t.Parallel()
+		pod := testPod("server")
+		pod.Annotations = map[string]string{localcluster.ExitCodeAnnotation: "0"}
+		createPod(t, ns, pod)
+		require.Never(t, func() bool {
+			p, err := fetchPod(t, ns, "server")
+			return err == nil && p.Status.Phase != corev1.PodRunning
+		}, 3*time.Second, tick)
+	})
+}
