@@ -74,6 +74,13 @@ test-integration: kube-bin ## Run the integration tests against a real kube-apis
 test-e2e: tools build ## Run the e2e tests on the local cluster (real control plane + kwok nodes).
 	cd e2e && go test -count=1 -tags e2e -timeout 40m -v ./... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
 
+.PHONY: e2e-kind
+e2e-kind: build $(KUBECTL) ## Run the e2e suites on a kind cluster instead (needs Docker, so not on CI); deletes it after.
+	mkdir -p $(STATE)
+	cd e2e && go run ./cmd/kindcluster up -kubeconfig $(STATE)/kind-kubeconfig
+	cd e2e && E2E_KUBECONFIG=$(STATE)/kind-kubeconfig go test -count=1 -tags e2e -timeout 40m -v -skip 'TestKwok' ./...; \
+	  status=$$?; go run ./cmd/kindcluster down; exit $$status
+
 ##@ Build
 
 .PHONY: build
