@@ -23,7 +23,7 @@ KUBE_BIN       := $(CACHE)/kube-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
 KWOK_BIN       := $(CACHE)/kwok-$(KWOK_VERSION)
 CONTROLLER_GEN := $(CACHE)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
 KUBECTL        := $(KUBE_BIN)/kubectl
-KUBE_COMPONENTS := kube-apiserver kube-controller-manager kube-scheduler kubectl
+KUBE_COMPONENTS := kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy
 
 OPERATORS := singleton-operator cluster-operator lease-operator rollout-operator extended-operator
 BINARIES  := $(OPERATORS) webhook-server
@@ -47,10 +47,16 @@ export STATEFULOPS_KWOK_BIN := $(KWOK_BIN)
 export STATEFULOPS_BIN := $(BIN_DIR)
 export GOFLAGS := -buildvcs=false
 
+# The local cluster's real node (a real kubelet with containerd) needs root on Linux. Elsewhere the
+# real-node tests run only when asked (E2E_REAL_NODE=1); the e2e run says in its summary that they are off.
+ifneq ($(shell id -u)-$(shell uname -s),0-Linux)
+export E2E_REAL_NODE ?= 0
+endif
+
 ##@ Main
 
 .PHONY: run
-run: tools build ## Start the local cluster with every operator running and the samples applied; leaves it running.
+run: tools images ## Start the local cluster with every operator running and the samples applied; leaves it running.
 	cd e2e && go run ./cmd/run up -state-dir $(STATE)
 
 .PHONY: down
@@ -71,22 +77,38 @@ test-integration: kube-bin ## Run the integration tests against a real kube-apis
 	for m in $(MODULES); do (cd $$m && go test -count=1 -tags integration ./...); done
 
 .PHONY: test-e2e
-test-e2e: tools build ## Run the e2e tests on the local cluster (real control plane + kwok nodes).
-	cd e2e && go test -count=1 -tags e2e -timeout 40m -v ./... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+test-e2e: tools images ## Run the e2e tests on the local cluster (real control plane + kwok nodes).
+	cd e2e && go test -count=1 -tags e2e -timeout 40m -v ./... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
 
 .PHONY: e2e-kind
 e2e-kind: build $(KUBECTL) ## Run the e2e suites on a kind cluster instead (needs Docker, so not on CI); deletes it after.
 	mkdir -p $(STATE)
 	cd e2e && go run ./cmd/kindcluster up -kubeconfig $(STATE)/kind-kubeconfig
-	cd e2e && E2E_KUBECONFIG=$(STATE)/kind-kubeconfig go test -count=1 -tags e2e -timeout 40m -v -skip 'TestKwok' ./...; \
+	cd e2e && E2E_REAL_NODE=0 E2E_KUBECONFIG=$(STATE)/kind-kubeconfig go test -count=1 -tags e2e -timeout 40m -v -skip 'TestKwok' ./...; \
 	  status=$$?; go run ./cmd/kindcluster down; exit $$status
 
 ##@ Build
 
+# Every binary of the project: the operators, the webhook server, and the e2e test app and pod sandbox
+# (pause) that the local cluster's real node runs. The package's last element is the binary's name.
+BUILD_PACKAGES := $(addprefix ./,$(BINARIES)) ./e2e/cmd/testapp ./e2e/cmd/pause
+BUILD_NAMES    := $(notdir $(BUILD_PACKAGES))
+# Image tarballs of `make images`: docker-save layout, tags statefulops/<name>:$(VERSION).
+IMAGES_DIR ?= $(CACHE)/images/$(VERSION)
+export STATEFULOPS_IMAGES := $(IMAGES_DIR)
+
 .PHONY: build
 build: ## Build every binary (static, version-stamped) into $(BIN_DIR).
 	mkdir -p $(BIN_DIR)
-	for b in $(BINARIES); do CGO_ENABLED=0 go build -trimpath -ldflags "$(GO_LDFLAGS)" -o $(BIN_DIR)/$$b ./$$b; done
+	# go build rewrites its output every time; keep an unchanged binary so images built from it stay fresh.
+	tmp=$$(mktemp -d $(BIN_DIR)/.build.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
+	  CGO_ENABLED=0 go build -trimpath -ldflags "$(GO_LDFLAGS)" -o $$tmp/ $(BUILD_PACKAGES) && \
+	  for n in $(BUILD_NAMES); do cmp -s $$tmp/$$n $(BIN_DIR)/$$n || mv $$tmp/$$n $(BIN_DIR)/$$n; done
+
+.PHONY: images
+images: build ## Package every binary as an image tarball in $(IMAGES_DIR) (no Docker needed).
+	mkdir -p $(IMAGES_DIR)
+	cd e2e && go run ./cmd/images -out $(IMAGES_DIR) -version $(VERSION) $(foreach n,$(BUILD_NAMES),$(n)=$(BIN_DIR)/$(n))
 
 ##@ Generate and verify
 
@@ -121,7 +143,22 @@ verify: manifests ## Fail if anything generated is stale, a module is untidy, or
 ##@ Tools (built once into $(CACHE))
 
 .PHONY: tools
-tools: kube-bin $(KWOK_BIN)/kwokctl $(CONTROLLER_GEN) ## Build every tool the targets need.
+tools: kube-bin $(KWOK_BIN)/kwokctl $(CONTROLLER_GEN) host-deps ## Build every tool the targets need.
+
+# The local cluster's real node needs a container runtime and iptables from Debian. Installed when
+# missing on a machine that can run it (Linux, root); elsewhere the real node is off and the run says so.
+HOST_PACKAGES := containerd runc containernetworking-plugins iptables conntrack
+.PHONY: host-deps
+host-deps: ## Install the Debian packages of the real node (containerd, runc, CNI plugins, iptables) when missing.
+	if [ "$$(id -u)" = 0 ] && [ "$$(uname -s)" = Linux ] && command -v apt-get >/dev/null; then \
+	  missing=$$(for p in $(HOST_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	  if [ -n "$$missing" ]; then \
+	    echo "host-deps: installing" $$missing; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  fi; \
+	else \
+	  echo "host-deps: not root on Debian-like Linux; the local cluster runs without its real node"; \
+	fi
 
 .PHONY: kube-bin
 kube-bin: $(addprefix $(KUBE_BIN)/,$(KUBE_COMPONENTS) etcd)

@@ -1,13 +1,15 @@
 // Package localcluster brings a local Kubernetes cluster up and down for the e2e tests and `make run`:
 // etcd, kube-apiserver, kube-controller-manager and kube-scheduler run as local processes started by
 // `kwokctl create cluster --runtime binary` from binaries built beforehand (nothing is downloaded),
-// and kwok simulates the nodes and the pod lifecycle with the honest Stages under stages/.
+// and kwok simulates the nodes and the pod lifecycle with the honest Stages under stages/. Where the
+// machine allows it, one real node (package realnode: containerd, kubelet, kube-proxy) joins beside
+// the kwok nodes; kwok leaves it alone, and only pods that select and tolerate it run there.
 //
 // All state lives under one state dir (by default <repo>/.local): kwokctl's workdir in kwok/ (the
 // running components' logs in kwok/clusters/statefulops/logs/), the kwokctl config in
 // kwokctl-config.yaml, kwokctl's output in kwokctl.log, the admin kubeconfig in kubeconfig, and the
-// component logs of the last deleted cluster in logs/. Up reuses a healthy cluster and replaces a
-// stale one; Down leaves no process running.
+// component logs of the last deleted cluster in logs/, the real node in realnode/. Up reuses a healthy
+// cluster and replaces a stale one; Down leaves no process running and the host as it was.
 package localcluster
 
 import (
@@ -17,11 +19,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/statefulops/statefulops/e2e/realnode"
 )
 
 // ClusterName is the kwokctl cluster name; kwokctl names the kubeconfig context "kwok-statefulops".
@@ -46,8 +51,46 @@ type Options struct {
 	KwokBin string
 	// Nodes is the number of kwok nodes (statefulops-kwok-0, -1, ...). Default: DefaultNodes.
 	Nodes int
+	// RealNode says whether the real node (realnode.NodeName) joins the cluster. Default: RealNodeAuto.
+	RealNode RealNodeMode
+	// ImagesDir holds the image tarballs the real node imports (pause.tar is its sandbox image).
+	// Default: $STATEFULOPS_IMAGES, else $HOME/.cache/statefulops/images/v<VERSION of the repo>.
+	ImagesDir string
 	// Log receives one line per step and kwokctl's output. Default: discarded.
 	Log io.Writer
+}
+
+// RealNodeMode says whether the local cluster has a real node.
+type RealNodeMode int
+
+const (
+	// RealNodeAuto does what $E2E_REAL_NODE asks for (RealNodeFromEnv), and when it is unset runs the
+	// real node if the machine allows it (realnode.Available: Linux, root, the host packages, kubelet
+	// and kube-proxy, the pause image); otherwise the cluster has kwok nodes only and Up says why in
+	// one log line.
+	RealNodeAuto RealNodeMode = iota
+	// RealNodeOn requires the real node: Up fails when the machine cannot run it.
+	RealNodeOn
+	// RealNodeOff never starts the real node (one already running in the state dir is left alone).
+	RealNodeOff
+)
+
+// RealNodeEnv is the environment variable RealNodeFromEnv reads: "0" (or "false") turns the real
+// node off, "1" (or "true") requires it, unset or empty leaves it to the machine.
+const RealNodeEnv = "E2E_REAL_NODE"
+
+// RealNodeFromEnv returns the RealNodeMode $E2E_REAL_NODE asks for.
+func RealNodeFromEnv() (RealNodeMode, error) {
+	switch v := strings.ToLower(os.Getenv(RealNodeEnv)); v {
+	case "":
+		return RealNodeAuto, nil
+	case "0", "false", "off":
+		return RealNodeOff, nil
+	case "1", "true", "on":
+		return RealNodeOn, nil
+	default:
+		return RealNodeAuto, fmt.Errorf("%s=%q: want 0 or 1", RealNodeEnv, v)
+	}
 }
 
 // Cluster is a running local cluster.
@@ -56,6 +99,10 @@ type Cluster struct {
 	started bool
 	config  *rest.Config
 	client  kubernetes.Interface
+
+	realNode        bool
+	realNodeOff     string
+	realNodeStarted *realnode.Node
 }
 
 // Up starts the local cluster, or reuses it when one is already running healthy with the same
@@ -82,6 +129,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	k := newKwokctl(opts)
 	wantConfig := k.config()
 	c := &Cluster{opts: opts}
+	if err := c.decideRealNode(); err != nil {
+		return nil, err
+	}
 	switch {
 	case !k.exists():
 		c.logf("no cluster in %s", opts.StateDir)
@@ -89,6 +139,10 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 		c.logf("reusing the running cluster in %s", opts.StateDir)
 	default:
 		c.logf("deleting the stale or outdated cluster in %s", opts.StateDir)
+		// A real node of the old cluster holds credentials of its CA: it goes first, killed or not.
+		if err := realnode.Cleanup(opts.StateDir); err != nil {
+			c.logf("cleaning up the real node (continuing): %v", err)
+		}
 		if err := k.down(ctx); err != nil {
 			return nil, err
 		}
@@ -112,7 +166,117 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	if c.realNode {
+		if err := c.upRealNode(ctx, k); err != nil {
+			// realnode.Start has cleaned up after itself; a cluster Up created goes too.
+			if c.started {
+				_ = k.down(context.WithoutCancel(ctx))
+			}
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// decideRealNode decides whether the cluster gets its real node, and says why not in one log line.
+func (c *Cluster) decideRealNode() error {
+	mode := c.opts.RealNode
+	if mode == RealNodeAuto {
+		var err error
+		if mode, err = RealNodeFromEnv(); err != nil {
+			return err
+		}
+	}
+	switch mode {
+	case RealNodeOff:
+		c.realNodeOff = "turned off (" + RealNodeEnv + "=0)"
+	case RealNodeOn:
+		if err := realnode.Available(c.realNodeOptions(nil)); err != nil {
+			return fmt.Errorf("the real node is required but this machine cannot run it: %w", err)
+		}
+	default:
+		if err := realnode.Available(c.realNodeOptions(nil)); err != nil {
+			c.realNodeOff = "this machine cannot run it: " + err.Error()
+		}
+	}
+	c.realNode = c.realNodeOff == ""
+	if !c.realNode {
+		c.logf("real node off: %s", c.realNodeOff)
+	}
+	return nil
+}
+
+// upRealNode starts the real node, or reuses it when it runs Ready already.
+func (c *Cluster) upRealNode(ctx context.Context, k *kwokctl) error {
+	if realnode.Running(ctx, c.opts.StateDir, c.Kubeconfig()) {
+		start := time.Now()
+		images, err := realnode.ImportImages(ctx, c.realNodeOptions(k))
+		if err != nil {
+			return err
+		}
+		c.logf("reusing the running real node %s; imported its %d images again in %s", realnode.NodeName, len(images), time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+	start := time.Now()
+	node, err := realnode.Start(ctx, c.realNodeOptions(k))
+	if err != nil {
+		return err
+	}
+	if c.realNodeStarted == nil {
+		// The first start saw the host as it was; a restart sees it after the cleanup.
+		c.realNodeStarted = node
+	}
+	c.logf("real node %s Ready in %s (containerd to Ready %s)", realnode.NodeName, time.Since(start).Round(time.Millisecond), node.Setup.Round(time.Millisecond))
+	return nil
+}
+
+func (c *Cluster) realNodeOptions(k *kwokctl) realnode.Options {
+	opts := realnode.Options{
+		StateDir:   c.opts.StateDir,
+		KubeBin:    c.opts.KubeBin,
+		ImagesDir:  c.opts.ImagesDir,
+		Kubeconfig: c.Kubeconfig(),
+		// Addresses that exist only in this cluster: nothing sent to them may leave the machine.
+		LocalOnlyCIDRs: []string{serviceCIDR, kwokCIDR},
+		Log:            c.opts.Log,
+	}
+	if k != nil {
+		opts.CACert = filepath.Join(k.clusterDir(), "pki", "ca.crt")
+		opts.CAKey = filepath.Join(k.clusterDir(), "pki", "ca.key")
+	}
+	return opts
+}
+
+// RealNode reports whether the cluster has its real node (realnode.NodeName) and, when it has not, why.
+func (c *Cluster) RealNode() (on bool, why string) { return c.realNode, c.realNodeOff }
+
+// RealNodeStarted returns the real node Up started, nil when Up reused a running one or has none. Its
+// HostBefore is the host as it was before the node changed anything.
+func (c *Cluster) RealNodeStarted() *realnode.Node { return c.realNodeStarted }
+
+// UpRealNode starts the real node unless it runs Ready already, as Up does: the leftovers of one that
+// was stopped or killed are cleaned up first. It fails when the cluster was brought up without it.
+func (c *Cluster) UpRealNode(ctx context.Context) error {
+	if !c.realNode {
+		return fmt.Errorf("the cluster has no real node: %s", c.realNodeOff)
+	}
+	unlock, err := lockStateDir(ctx, c.opts.StateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return c.upRealNode(ctx, newKwokctl(c.opts))
+}
+
+// StopRealNode stops the real node and undoes its changes to the host (realnode.Stop), leaving the
+// rest of the cluster running.
+func (c *Cluster) StopRealNode(ctx context.Context) error {
+	unlock, err := lockStateDir(ctx, c.opts.StateDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return realnode.Stop(ctx, c.opts.StateDir)
 }
 
 // Started reports whether Up created the cluster (true) or reused one that was already running (false),
@@ -143,14 +307,16 @@ func (c *Cluster) SetNodeReady(ctx context.Context, name string, ready bool) err
 	return SetNodeReady(ctx, c.client, name, ready)
 }
 
-// Down deletes the cluster and its state, leaving no process running. The kubeconfig is removed.
+// Down deletes the cluster and its state, leaving no process running and the host as it was (the real
+// node is stopped first). The kubeconfig is removed.
 func (c *Cluster) Down(ctx context.Context) error {
 	return DownExisting(ctx, c.opts.StateDir)
 }
 
 // DownExisting deletes the cluster kept in stateDir (the default state dir when empty), whether it is
-// running, stopped or half-dead, and verifies by PID that none of its processes is left. It is a
-// no-op when there is no cluster there.
+// running, stopped or half-dead, and verifies by PID that none of its processes is left. Its real node,
+// if any, is stopped first (realnode.Stop: the host as it was). It is a no-op when there is no cluster
+// there.
 func DownExisting(ctx context.Context, stateDir string) error {
 	opts, err := Options{StateDir: stateDir}.withDefaults()
 	if err != nil {
@@ -164,7 +330,14 @@ func DownExisting(ctx context.Context, stateDir string) error {
 		return err
 	}
 	defer unlock()
-	return newKwokctl(opts).down(ctx)
+	var errs []error
+	if err := realnode.Stop(ctx, opts.StateDir); err != nil {
+		errs = append(errs, fmt.Errorf("real node: %w", err))
+	}
+	if err := newKwokctl(opts).down(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Cluster) connect() error {
@@ -206,6 +379,16 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Nodes == 0 {
 		o.Nodes = DefaultNodes
+	}
+	if o.ImagesDir == "" {
+		o.ImagesDir = os.Getenv("STATEFULOPS_IMAGES")
+	}
+	if o.ImagesDir == "" {
+		if root, err := RepoRoot(); err == nil {
+			if v, err := os.ReadFile(filepath.Join(root, "VERSION")); err == nil {
+				o.ImagesDir = filepath.Join(home, ".cache/statefulops/images/v"+strings.TrimSpace(string(v)))
+			}
+		}
 	}
 	if o.Log == nil {
 		o.Log = io.Discard

@@ -85,6 +85,39 @@ func (k *kwokctl) createArgs() []string {
 	}
 }
 
+// apiServerArgs are extra kube-apiserver flags (without "--"), for the real node (package realnode):
+// harmless without it, so a cluster is the same either way. kwokctl already passes
+// --authorization-mode=Node,RBAC, which authorizes the kubelet. They go into kwokctl's config file
+// (componentsPatches), because kwokctl v0.8.0's --extra-args indexes its patches wrongly and panics
+// when a second component gets more than one flag.
+func (k *kwokctl) apiServerArgs() [][2]string {
+	return [][2]string{
+		// Namespaces annotated scheduler.alpha.kubernetes.io/node-selector and
+		// scheduler.alpha.kubernetes.io/defaultTolerations put their pods on the real node unchanged.
+		{"enable-admission-plugins", "PodNodeSelector,PodTolerationRestriction"},
+		// logs, exec and port-forward: the API server calls the kubelet with this client certificate
+		// (kwokctl's admin, group system:masters), which the kubelet's webhook authorizer accepts.
+		{"kubelet-client-certificate", filepath.Join(k.clusterDir(), "pki", "admin.crt")},
+		{"kubelet-client-key", filepath.Join(k.clusterDir(), "pki", "admin.key")},
+		// The kubelet registers under a name no DNS resolves: reach it by its InternalIP.
+		{"kubelet-preferred-address-types", "InternalIP,Hostname,InternalDNS,ExternalDNS,ExternalIP"},
+		// Explicit, and apart from kwok's fake pod IPs (10.0.0.0/24 by default, which is the API server's
+		// default Service range too), as the real node's kube-proxy routes both.
+		{"service-cluster-ip-range", serviceCIDR},
+	}
+}
+
+// serviceCIDR is the Service ClusterIP range; kubernetesServiceIP, its first address, is the
+// ClusterIP of the default/kubernetes Service, through which pods reach the API server.
+const (
+	serviceCIDR         = "10.96.0.0/12"
+	kubernetesServiceIP = "10.96.0.1"
+)
+
+// kwokCIDR holds the pretend addresses kwok gives its pods (its default pod CIDR) and the kwok nodes'
+// InternalIPs (see kwokNode): no process answers there.
+const kwokCIDR = "10.0.0.0/24"
+
 // env keeps kwokctl inside the state dir and on the local kubectl: kwokctl looks kubectl up in PATH
 // and would otherwise download one.
 func (k *kwokctl) env() []string {
@@ -99,11 +132,20 @@ func (k *kwokctl) commandLine() string {
 	return "KWOK_WORKDIR=" + k.workdir() + " " + filepath.Join(k.opts.KwokBin, "kwokctl") + " " + strings.Join(k.createArgs(), " ")
 }
 
-// config is the file given to --config: the Stage documents, which replace kwok's default stages
-// entirely, headed by the command line so that a change of either marks a running cluster outdated.
+// config is the file given to --config: kwokctl options the command line cannot give, and the Stage
+// documents, which replace kwok's default stages entirely; headed by the command line so that a change
+// of any marks a running cluster outdated.
 func (k *kwokctl) config() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Written by localcluster for:\n# %s\n", k.commandLine())
+	b.WriteString("---\napiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\n")
+	// kwokctl has no flag for the API server certificate's names: pods on the real node reach the API
+	// server at the kubernetes Service's ClusterIP and verify the certificate against it.
+	fmt.Fprintf(&b, "options:\n  kubeApiserverCertSANs:\n  - %q\n", kubernetesServiceIP)
+	b.WriteString("componentsPatches:\n- name: kube-apiserver\n  extraArgs:\n")
+	for _, arg := range k.apiServerArgs() {
+		fmt.Fprintf(&b, "  - key: %q\n    value: %q\n", arg[0], arg[1])
+	}
 	b.Write(Stages())
 	return b.Bytes()
 }

@@ -137,10 +137,18 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 // (within about 20s), taints it and marks its pods not ready. Ready again acts like the kubelet coming
 // back: without the label kwok takes the node back, reports it Ready and handles its pods again.
 func SetNodeReady(ctx context.Context, client kubernetes.Interface, name string, ready bool) error {
+	// The label only means something to kwok: a real node (realnode.NodeName) never gets it.
+	node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if node.Labels[KwokNodeLabel] != KwokNodeValue {
+		return fmt.Errorf("node %s is not a kwok node (no label %s=%s)", name, KwokNodeLabel, KwokNodeValue)
+	}
 	if err := patchNodeReady(ctx, client, name, ready); err != nil {
 		return err
 	}
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -4,13 +4,17 @@
 //	run down [-state-dir DIR]
 //
 // up starts the local cluster (package localcluster), installs every operator from deploy/ with
-// kubectl, starts every operator and the webhook server as local processes (package operators), applies
-// the samples of each operator (<operator>/config/samples), prints what is there and returns, leaving
-// everything running. down stops the processes and the cluster. Both are idempotent.
+// kubectl, and applies the samples of each operator (<operator>/config/samples), prints what is there
+// and returns, leaving everything running. When the machine can run the local cluster's real node
+// (E2E_REAL_NODE=0 turns it off), the operators run there as real pods from our images and a test-app
+// sample runs beside them; otherwise they run as local processes under their manifests'
+// ServiceAccounts (package operators). The webhook server runs on loopback either way. down stops the
+// processes and the cluster. Both are idempotent.
 package main
 
 import (
 	"context"
+	_ "embed"
 	"flag"
 	"fmt"
 	"os"
@@ -51,12 +55,20 @@ func main() {
 	}
 }
 
+//go:embed realnode-sample.yaml
+var realNodeSample []byte
+
 func up(ctx context.Context, root, stateDir string) error {
 	start := time.Now()
-	cluster, err := localcluster.Up(ctx, localcluster.Options{StateDir: stateDir, Log: os.Stdout})
+	mode, err := localcluster.RealNodeFromEnv()
 	if err != nil {
 		return err
 	}
+	cluster, err := localcluster.Up(ctx, localcluster.Options{StateDir: stateDir, Log: os.Stdout, RealNode: mode})
+	if err != nil {
+		return err
+	}
+	onRealNode, whyNot := cluster.RealNode()
 	k := operators.Kubectl{Bin: filepath.Join(cluster.KubeBin(), "kubectl"), Kubeconfig: cluster.Kubeconfig()}
 
 	manifests, err := operators.Manifests(root)
@@ -64,20 +76,30 @@ func up(ctx context.Context, root, stateDir string) error {
 		return err
 	}
 	fmt.Printf("run: installing %d operators from deploy/\n", len(manifests))
-	if err := operators.Install(ctx, k, manifests); err != nil {
+	if err := operators.Install(ctx, k, manifests, onRealNode); err != nil {
 		return err
 	}
-	// The kwok nodes run no containers, so the in-cluster Deployments would only show pretend pods: the
-	// operators run as local processes instead, under the same ServiceAccounts and RBAC.
-	for _, b := range operators.All() {
-		if b.ServiceAccount == "" {
-			continue
+	local := operators.All()
+	if onRealNode {
+		// The operators run as real pods on the real node, from our images, exactly as installed.
+		for _, m := range manifests {
+			name := operators.OperatorName(m)
+			if _, err := k.Run(ctx, "rollout", "status", "-n", name+"-system", "deployment/"+name+"-controller-manager", "--timeout=180s"); err != nil {
+				return err
+			}
 		}
-		if _, err := k.Run(ctx, "scale", "deployment", "--replicas=0", "-n", b.Name+"-system", b.Name+"-controller-manager"); err != nil {
-			return err
+		local = operators.WithoutManifest(local)
+	} else {
+		fmt.Printf("run: no real node (%s): the operators run as local processes under their manifests' ServiceAccounts\n", whyNot)
+		// The kwok nodes run no containers, so the in-cluster Deployments would only show pretend pods.
+		for _, m := range manifests {
+			name := operators.OperatorName(m)
+			if _, err := k.Run(ctx, "scale", "deployment", "--replicas=0", "-n", name+"-system", name+"-controller-manager"); err != nil {
+				return err
+			}
 		}
 	}
-	if _, err := operators.Start(ctx, operators.Options{StateDir: stateDir, Kubeconfig: cluster.Kubeconfig(), Log: os.Stdout}, operators.All()); err != nil {
+	if _, err := operators.Start(ctx, operators.Options{StateDir: stateDir, Kubeconfig: cluster.Kubeconfig(), Log: os.Stdout}, local); err != nil {
 		return err
 	}
 
@@ -90,6 +112,19 @@ func up(ctx context.Context, root, stateDir string) error {
 			return err
 		}
 	}
+	if onRealNode {
+		sample := filepath.Join(stateDir, "realnode-sample.yaml")
+		if err := os.WriteFile(sample, realNodeSample, 0o644); err != nil {
+			return err
+		}
+		if _, err := k.Run(ctx, "apply", "-f", sample); err != nil {
+			return err
+		}
+		if _, err := k.Run(ctx, "rollout", "status", "-n", "statefulops-demo", "deployment/testapp", "--timeout=120s"); err != nil {
+			return err
+		}
+		samples = append(samples, sample)
+	}
 	fmt.Printf("run: applied %d samples\n\n", len(samples))
 
 	out, err := k.Run(ctx, "get", "statefulops", "-A")
@@ -101,7 +136,14 @@ func up(ctx context.Context, root, stateDir string) error {
 	fmt.Printf("  export KUBECONFIG=%s\n  kubectl get statefulops -A\n\n", cluster.Kubeconfig())
 	fmt.Println("Operator logs:")
 	for _, b := range operators.All() {
+		if onRealNode && b.ServiceAccount != "" {
+			fmt.Printf("  %-19s kubectl logs -n %s-system deploy/%s-controller-manager\n", b.Name, b.Name, b.Name)
+			continue
+		}
 		fmt.Printf("  %-19s %s\n", b.Name, operators.LogPath(stateDir, b.Name))
+	}
+	if onRealNode {
+		fmt.Println("\nOn the real node: kubectl logs -n statefulops-demo deploy/testapp")
 	}
 	fmt.Println("\nStop everything with: make down")
 	return nil
