@@ -4,6 +4,7 @@ package main
 import (
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/statefulops/statefulops/lease-operator/internal/controller"
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 	"github.com/statefulops/statefulops/shared/manager"
 )
@@ -20,5 +21,6 @@ func main() {
 		Short:            "Runs StatefulSetLock: exactly one writer pod among a StatefulSet's ready pods.",
 		LeaderElectionID: "lease-operator.app.anukkrit.me",
 		Schemes:          []func(*runtime.Scheme) error{leasev1.AddToScheme},
+		Setup:            controller.Setup,
 	})
 }

@@ -26,6 +26,11 @@ const (
 	ReasonLeaseConflict = "LeaseConflict"
 	// ReasonNoReadyPods: the StatefulSet has no Ready pod (e.g. scaled to zero); not an error.
 	ReasonNoReadyPods = "NoReadyPods"
+	// ReasonStatefulSetConflict: an older StatefulSetLock already names the same StatefulSet; this one
+	// leaves the pods alone so that two locks never elect two writers.
+	ReasonStatefulSetConflict = "StatefulSetConflict"
+	// ReasonFailoverDelayed: the writer is not Ready and failoverDelaySeconds has not passed yet.
+	ReasonFailoverDelayed = "FailoverDelayed"
 )
 
 // Failover reasons (status.lastFailoverReason) and Event reasons.
@@ -57,6 +62,12 @@ const (
 	// SwitchoverAnnotation on a StatefulSetLock names a pod to move the writer role to (planned
 	// switchover: demote, then promote), if that pod is Ready.
 	SwitchoverAnnotation = "app.anukkrit.me/switchover-to"
+	// WriterUIDAnnotation on the Lease holds the UID of the writer pod named by holderIdentity, so a
+	// StatefulSet pod recreated under the same name is not mistaken for the writer.
+	WriterUIDAnnotation = "app.anukkrit.me/writer-uid"
+	// LockLabel on the Lease names the StatefulSetLock that owns it; the operator caches only Leases
+	// carrying it.
+	LockLabel = "app.anukkrit.me/statefulsetlock"
 	// Finalizer is seed 002's finalizer: on deletion role labels are removed and the Lease deleted.
 	Finalizer = "statefulsetlock.app.anukkrit.me/finalizer"
 )

@@ -1,0 +1,112 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+)
+
+var (
+	failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lease_operator_failovers_total",
+		Help: "Changes of writer, by reason (InitialElection, WriterNotReady, WriterTerminating, WriterGone, NodeNotReady, Switchover).",
+	}, []string{"reason"})
+	failoverLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "lease_operator_failover_latency_seconds",
+		Help:    "Time from the operator observing the writer unusable to the new writer labelled.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"reason"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(failovers, failoverLatency)
+}
+
+// outcome is what one reconcile found, from which the status is computed.
+type outcome struct {
+	// state is the reason of the Available condition: ReasonAvailable, ReasonNoReadyPods,
+	// ReasonFailoverDelayed, or one of the error reasons (StatefulSetNotFound, LeaseConflict,
+	// StatefulSetConflict, ReconcileError).
+	state   string
+	message string
+	// known is whether writer and transitions were determined (false on errors before the election).
+	known       bool
+	writer      Holder
+	transitions int32
+	// failoverReason is set when the writer changed in this reconcile.
+	failoverReason string
+	failoverTime   time.Time
+}
+
+// errorStates are the states in which the Error condition is True.
+var errorStates = map[string]bool{
+	leasev1.ReasonStatefulSetNotFound: true, leasev1.ReasonLeaseConflict: true,
+	leasev1.ReasonStatefulSetConflict: true, leasev1.ReasonReconcileError: true,
+}
+
+// applyStatus computes the lock's status from the outcome. Conditions change their
+// lastTransitionTime only when their status changes.
+func applyStatus(lock *leasev1.StatefulSetLock, o outcome) {
+	st := &lock.Status
+	if o.known {
+		st.WriterPod, st.WriterPodUID, st.LeaseTransitions = o.writer.Name, string(o.writer.UID), o.transitions
+	}
+	if o.failoverReason != "" {
+		st.LastFailoverTime = &metav1.Time{Time: o.failoverTime}
+		st.LastFailoverReason = o.failoverReason
+	}
+	st.ObservedGeneration = lock.Generation
+	message := o.message
+	if message == "" {
+		message = stateMessage(o)
+	}
+	set := func(condType string, status bool) {
+		s := metav1.ConditionFalse
+		if status {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: condType, Status: s, Reason: o.state, Message: message, ObservedGeneration: lock.Generation,
+		})
+	}
+	if o.state == leasev1.ReasonReconcileError {
+		// The election state is unknown: keep Available and Progressing as they were.
+		set(leasev1.ConditionError, true)
+		set(leasev1.ConditionReady, false)
+		return
+	}
+	set(leasev1.ConditionAvailable, o.state == leasev1.ReasonAvailable || o.state == leasev1.ReasonFailoverDelayed)
+	set(leasev1.ConditionProgressing, o.state == leasev1.ReasonFailoverDelayed)
+	set(leasev1.ConditionError, errorStates[o.state])
+	set(leasev1.ConditionReady, o.state == leasev1.ReasonAvailable && o.writer.Name != "")
+}
+
+func stateMessage(o outcome) string {
+	switch o.state {
+	case leasev1.ReasonAvailable:
+		return fmt.Sprintf("Pod %s is the writer (epoch %d)", o.writer.Name, o.transitions)
+	case leasev1.ReasonNoReadyPods:
+		return "No pod of the StatefulSet is Ready: there is no writer"
+	}
+	return o.state
+}
+
+// patchStatus writes the status when it differs from orig's.
+func (r *Reconciler) patchStatus(ctx context.Context, lock, orig *leasev1.StatefulSetLock) error {
+	if equality.Semantic.DeepEqual(lock.Status, orig.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, lock, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("writing the status: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,297 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+)
+
+// authored remembers the resourceVersion of every object the operator wrote last, so that the watch
+// event its own write causes does not trigger another reconcile (quiet at rest: a Lease renewal must
+// not wake the controller up).
+type authored struct {
+	mu  sync.Mutex
+	rvs map[types.UID]string
+}
+
+func newAuthored() *authored { return &authored{rvs: map[types.UID]string{}} }
+
+func (a *authored) record(obj client.Object) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.rvs[obj.GetUID()] = obj.GetResourceVersion()
+}
+
+// own reports whether obj is exactly the state the operator wrote.
+func (a *authored) own(obj client.Object) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rv, ok := a.rvs[obj.GetUID()]
+	return ok && rv == obj.GetResourceVersion()
+}
+
+func (a *authored) forget(obj client.Object) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.rvs, obj.GetUID())
+}
+
+// observations remember, per pod UID, when the operator first saw the pod unable to serve (not
+// Ready, terminating, gone) and, per node, when it first saw the node NotReady: the start of the
+// failover-delay timer and of the failover-latency measurement. They live in memory: after a restart
+// the delay starts again, which errs on the side of not failing over.
+type observations struct {
+	mu    sync.Mutex
+	since map[string]time.Time
+}
+
+func newObservations() *observations { return &observations{since: map[string]time.Time{}} }
+
+// maxObservations bounds the memory of observations about pods that are long gone.
+const maxObservations = 10000
+
+func (o *observations) mark(key string, now time.Time) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t, ok := o.since[key]; ok {
+		return t
+	}
+	if len(o.since) >= maxObservations {
+		for k, t := range o.since {
+			if now.Sub(t) > 2*time.Hour {
+				delete(o.since, k)
+			}
+		}
+	}
+	o.since[key] = now
+	return now
+}
+
+func (o *observations) clear(key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.since, key)
+}
+
+func (o *observations) get(key string) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t, ok := o.since[key]
+	return t, ok
+}
+
+// notReadySince returns when the pod was first seen not Ready, marking it now if it was not yet.
+func (o *observations) notReadySince(uid types.UID, now time.Time) time.Time {
+	return o.mark("pod/"+string(uid), now)
+}
+
+// unusableSince returns when the old holder was first seen unusable, for the latency metric.
+func (o *observations) unusableSince(holder Holder) (time.Time, bool) {
+	if holder.UID != "" {
+		if t, ok := o.get("pod/" + string(holder.UID)); ok {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+func podKey(pod *corev1.Pod) string { return "pod/" + string(pod.UID) }
+
+// usable reports whether the pod, as far as the pod alone tells, can serve as the writer.
+func usable(pod *corev1.Pod) bool { return podIsReady(pod) && pod.DeletionTimestamp.IsZero() }
+
+// lockPredicate lets through the lock's creation, deletion and changes of its spec or annotations
+// (the switchover annotation), but not the operator's own writes (status, finalizer, annotation).
+func (r *Reconciler) lockPredicate() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		if r.authored.own(e.ObjectNew) {
+			return false
+		}
+		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+			e.ObjectOld.GetAnnotations()[leasev1.SwitchoverAnnotation] != e.ObjectNew.GetAnnotations()[leasev1.SwitchoverAnnotation] ||
+			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+	}}
+}
+
+// podPredicate lets through what can change the election or the labels: readiness, deletion, node,
+// role label and epoch, but not the operator's own label patches.
+func (r *Reconciler) podPredicate() predicate.TypedPredicate[*corev1.Pod] {
+	return predicate.TypedFuncs[*corev1.Pod]{UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Pod]) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		if r.authored.own(n) {
+			return false
+		}
+		return podIsReady(o) != podIsReady(n) || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+			o.Spec.NodeName != n.Spec.NodeName ||
+			o.Labels[leasev1.RoleLabel] != n.Labels[leasev1.RoleLabel] ||
+			o.Annotations[leasev1.WriterEpochAnnotation] != n.Annotations[leasev1.WriterEpochAnnotation]
+	}}
+}
+
+// podHandler maps a pod to the locks naming its StatefulSet, and notes when a pod stops being usable
+// (the start of the failover-latency measurement) as soon as the event arrives.
+func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconcile.Request] {
+	enqueue := func(ctx context.Context, pod *corev1.Pod, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range r.locksOfPod(ctx, pod) {
+			q.Add(req)
+		}
+	}
+	note := func(pod *corev1.Pod) {
+		if usable(pod) {
+			r.obs.clear(podKey(pod))
+		} else {
+			r.obs.mark(podKey(pod), r.Clock.Now())
+		}
+	}
+	return handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			note(e.Object)
+			enqueue(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			note(e.ObjectNew)
+			enqueue(ctx, e.ObjectNew, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.obs.mark(podKey(e.Object), r.Clock.Now())
+			r.authored.forget(e.Object)
+			enqueue(ctx, e.Object, q)
+		},
+	}
+}
+
+func (r *Reconciler) locksOfPod(ctx context.Context, pod *corev1.Pod) []reconcile.Request {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != "StatefulSet" {
+		return nil
+	}
+	return r.locksNaming(ctx, pod.Namespace, indexLockStatefulSet, ref.Name)
+}
+
+// locksNaming returns the locks of the namespace whose indexed field has that value.
+func (r *Reconciler) locksNaming(ctx context.Context, namespace, index, value string) []reconcile.Request {
+	var locks leasev1.StatefulSetLockList
+	if err := r.Locks.List(ctx, &locks, client.InNamespace(namespace), client.MatchingFields{index: value}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list StatefulSetLocks", "namespace", namespace, index, value)
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(locks.Items))
+	for _, l := range locks.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Name}})
+	}
+	return reqs
+}
+
+// leasePredicate ignores the operator's own Lease writes (renewals, moves); a deletion or someone
+// else's change of the Lease triggers a reconcile.
+func (r *Reconciler) leasePredicate() predicate.TypedPredicate[*coordinationv1.Lease] {
+	return predicate.TypedFuncs[*coordinationv1.Lease]{
+		CreateFunc: func(e event.TypedCreateEvent[*coordinationv1.Lease]) bool { return !r.authored.own(e.Object) },
+		UpdateFunc: func(e event.TypedUpdateEvent[*coordinationv1.Lease]) bool { return !r.authored.own(e.ObjectNew) },
+	}
+}
+
+// leaseHandler maps a Lease to every lock naming it: its owner, and any lock waiting in LeaseConflict.
+func (r *Reconciler) leaseHandler() handler.TypedEventHandler[*coordinationv1.Lease, reconcile.Request] {
+	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, lease *coordinationv1.Lease) []reconcile.Request {
+		return r.locksNaming(ctx, lease.Namespace, indexLockLease, lease.Name)
+	})
+}
+
+// statefulSetPredicate lets through creations and deletions: a lock waits for a missing StatefulSet.
+// Scaling and rollouts show up as pod events.
+func statefulSetPredicate() predicate.TypedPredicate[*metav1.PartialObjectMetadata] {
+	return predicate.TypedFuncs[*metav1.PartialObjectMetadata]{
+		UpdateFunc: func(event.TypedUpdateEvent[*metav1.PartialObjectMetadata]) bool { return false },
+	}
+}
+
+func (r *Reconciler) statefulSetHandler() handler.TypedEventHandler[*metav1.PartialObjectMetadata, reconcile.Request] {
+	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, sts *metav1.PartialObjectMetadata) []reconcile.Request {
+		return r.locksNaming(ctx, sts.Namespace, indexLockStatefulSet, sts.Name)
+	})
+}
+
+// nodePredicate lets through changes of a node's readiness.
+func (r *Reconciler) nodePredicate() predicate.TypedPredicate[*corev1.Node] {
+	return predicate.TypedFuncs[*corev1.Node]{
+		CreateFunc: func(event.TypedCreateEvent[*corev1.Node]) bool { return false },
+		UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Node]) bool {
+			return nodeIsReady(e.ObjectOld) != nodeIsReady(e.ObjectNew)
+		},
+	}
+}
+
+// nodeHandler maps a node to the locks of the StatefulSet pods on it, noting when those pods became
+// unusable because of their node.
+func (r *Reconciler) nodeHandler() handler.TypedEventHandler[*corev1.Node, reconcile.Request] {
+	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, node *corev1.Node) []reconcile.Request {
+		var pods corev1.PodList
+		if err := r.Cache.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Failed to list pods", "node", node.Name)
+			return nil
+		}
+		ready := nodeIsReady(node)
+		seen := map[reconcile.Request]bool{}
+		var reqs []reconcile.Request
+		for i := range pods.Items {
+			pod := &pods.Items[i]
+			if !ready {
+				r.obs.mark(podKey(pod), r.Clock.Now())
+			}
+			for _, req := range r.locksOfPod(ctx, pod) {
+				if !seen[req] {
+					seen[req] = true
+					reqs = append(reqs, req)
+				}
+			}
+		}
+		return reqs
+	})
+}
+
+// slimPod keeps what the controller reads of a pod: metadata (without managedFields), the node,
+// the phase and the conditions.
+func slimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta}
+	slim.ManagedFields = nil
+	slim.Spec.NodeName = pod.Spec.NodeName
+	slim.Status.Phase = pod.Status.Phase
+	slim.Status.Conditions = pod.Status.Conditions
+	return slim, nil
+}
+
+// slimNode keeps a node's name and Ready condition.
+func slimNode(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Node{TypeMeta: node.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion, Labels: node.Labels,
+	}}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			slim.Status.Conditions = []corev1.NodeCondition{c}
+		}
+	}
+	return slim, nil
+}
