@@ -90,8 +90,9 @@ e2e-kind: build $(KUBECTL) ## Run the e2e suites on a kind cluster instead (need
 ##@ Build
 
 # Every binary of the project: the operators, the webhook server, and the e2e test app and pod sandbox
-# (pause) that the local cluster's real node runs. The package's last element is the binary's name.
-BUILD_PACKAGES := $(addprefix ./,$(BINARIES)) ./e2e/cmd/testapp ./e2e/cmd/pause
+# (pause) that the local cluster's real node runs, and the singleton's in-pod start hold (wrapper, sidecar). The package's last element is the binary's name.
+BUILD_PACKAGES := $(addprefix ./,$(BINARIES)) ./singleton-operator/cmd/singleton-wrapper \
+	./singleton-operator/cmd/status-sidecar ./e2e/cmd/testapp ./e2e/cmd/pause
 BUILD_NAMES    := $(notdir $(BUILD_PACKAGES))
 # Image tarballs of `make images`: docker-save layout, tags statefulops/<name>:$(VERSION).
 IMAGES_DIR ?= $(CACHE)/images/$(VERSION)
@@ -120,6 +121,8 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs and RBAC from the API a
 	  (cd shared && $(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true paths=./api/$$fam/... output:crd:artifacts:config=../$$op/config/crd/bases); \
 	  (cd $$op && $(CONTROLLER_GEN) rbac:roleName=manager-role paths=./... output:rbac:artifacts:config=config/rbac); \
 	done
+	cd webhook-server && $(CONTROLLER_GEN) rbac:roleName=webhook-server-role webhook paths=./... \
+	  output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 	cd shared && go run ./hack/crdslim -field spec.template -field spec.volumeClaimTemplates \
 	  ../cluster-operator/config/crd/bases/enge.me_statefulclusters.yaml
 	cd shared && go run ./hack/crdslim -field spec.template.spec -field spec.upgradeJobs.pre -field spec.upgradeJobs.post \

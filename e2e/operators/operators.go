@@ -275,15 +275,3 @@ func zombie(pid int) bool {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	return err == nil && isZombie(string(stat))
 }
-
-// WithoutManifest returns the binaries that no manifest of deploy/ installs (they run as local processes
-// even when the operators run in the cluster).
-func WithoutManifest(binaries []Binary) []Binary {
-	var out []Binary
-	for _, b := range binaries {
-		if b.ServiceAccount == "" {
-			out = append(out, b)
-		}
-	}
-	return out
-}

@@ -13,6 +13,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
@@ -40,7 +41,11 @@ type Options struct {
 	Schemes []func(*runtime.Scheme) error
 	// Webhooks makes the binary serve admission webhooks over TLS and adds the --webhook-* flags.
 	Webhooks bool
-	// Setup registers the binary's controllers and webhooks with the manager before it starts.
+	// Flags adds the binary's own flags to its command's flag set, which already holds the common ones.
+	Flags func(fs *pflag.FlagSet)
+	// Setup registers the binary's controllers and webhooks with the manager before it starts. The
+	// webhook server starts when Setup (or a runnable it adds, e.g. once a certificate exists) first calls
+	// mgr.GetWebhookServer(); /readyz fails until it serves TLS.
 	Setup func(ctx context.Context, mgr ctrl.Manager) error
 }
 
@@ -117,6 +122,9 @@ func NewRootCommand(opts Options) *cobra.Command {
 	}
 	f.zap.BindFlags(goflags)
 	fs.AddGoFlagSet(goflags)
+	if opts.Flags != nil {
+		opts.Flags(fs)
+	}
 	return cmd
 }
 
@@ -163,8 +171,9 @@ func run(ctx context.Context, opts Options, f *flags) error {
 		LeaderElectionNamespace:       f.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true, // the main process exits right after, so a successor need not wait out the lease
 	}
+	var webhookServer webhook.Server
 	if opts.Webhooks {
-		mgrOpts.WebhookServer = webhook.NewServer(webhook.Options{
+		webhookServer = webhook.NewServer(webhook.Options{
 			Host:     f.webhookHost,
 			Port:     f.webhookPort,
 			CertDir:  f.webhookCertPath,
@@ -172,6 +181,7 @@ func run(ctx context.Context, opts Options, f *flags) error {
 			KeyName:  f.webhookCertKey,
 			TLSOpts:  tlsOpts,
 		})
+		mgrOpts.WebhookServer = webhookServer
 	}
 	mgr, err := ctrl.NewManager(restConfig, mgrOpts)
 	if err != nil {
@@ -185,8 +195,10 @@ func run(ctx context.Context, opts Options, f *flags) error {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 	if opts.Webhooks {
-		// Not ready until the webhook server serves TLS, so no admission request reaches a pod without a certificate.
-		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		// Not ready until the webhook server serves TLS, so no admission request reaches a pod without a
+		// certificate. The check asks the server itself, not mgr.GetWebhookServer(), which would add the
+		// server to the manager now: the binary decides when it starts (see Options.Setup).
+		if err := mgr.AddReadyzCheck("webhook", webhookServer.StartedChecker()); err != nil {
 			return fmt.Errorf("adding the webhook readiness check: %w", err)
 		}
 	}

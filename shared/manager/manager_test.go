@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -53,4 +54,14 @@ func TestUnknownFlagsAndArgumentsAreRefused(t *testing.T) {
 		cmd.SetErr(&bytes.Buffer{})
 		assert.Error(t, cmd.Execute(), "args %v", args)
 	}
+}
+
+func TestBinariesAddTheirOwnFlags(t *testing.T) {
+	var value string
+	cmd := NewRootCommand(Options{Name: "webhook-server", Webhooks: true, Flags: func(fs *pflag.FlagSet) {
+		require.NotNil(t, fs.Lookup("webhook-cert-path"), "the common flags are there first")
+		fs.StringVar(&value, "own-flag", "default", "a binary's own flag")
+	}})
+	require.NoError(t, cmd.Flags().Parse([]string{"--own-flag=set"}))
+	assert.Equal(t, "set", value)
 }

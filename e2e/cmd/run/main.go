@@ -88,7 +88,7 @@ func up(ctx context.Context, root, stateDir string) error {
 				return err
 			}
 		}
-		local = operators.WithoutManifest(local)
+		local = nil // the webhook server too: deploy/singleton-operator.yaml runs it there
 	} else {
 		fmt.Printf("run: no real node (%s): the operators run as local processes under their manifests' ServiceAccounts\n", whyNot)
 		// The kwok nodes run no containers, so the in-cluster Deployments would only show pretend pods.
@@ -136,11 +136,14 @@ func up(ctx context.Context, root, stateDir string) error {
 	fmt.Printf("  export KUBECONFIG=%s\n  kubectl get statefulops -A\n\n", cluster.Kubeconfig())
 	fmt.Println("Operator logs:")
 	for _, b := range operators.All() {
-		if onRealNode && b.ServiceAccount != "" {
+		switch {
+		case onRealNode && b.ServiceAccount != "":
 			fmt.Printf("  %-19s kubectl logs -n %s-system deploy/%s-controller-manager\n", b.Name, b.Name, b.Name)
-			continue
+		case onRealNode:
+			fmt.Printf("  %-19s kubectl logs -n singleton-operator-system deploy/singleton-operator-webhook-server\n", b.Name)
+		default:
+			fmt.Printf("  %-19s %s\n", b.Name, operators.LogPath(stateDir, b.Name))
 		}
-		fmt.Printf("  %-19s %s\n", b.Name, operators.LogPath(stateDir, b.Name))
 	}
 	if onRealNode {
 		fmt.Println("\nOn the real node: kubectl logs -n statefulops-demo deploy/testapp")

@@ -1,0 +1,66 @@
+package v1
+
+// Keys the admission webhook writes on the pods of a StatefulSingleton and the operator reads back. They
+// keep seed 000's apps.statefulsingleton.com spelling (not the API group), so pods look as the seed's
+// documentation describes.
+const (
+	// ReadinessGate is the pod readiness gate the operator sets to True once the pod is the released,
+	// active instance: until then the pod receives no Service traffic.
+	ReadinessGate = "apps.statefulsingleton.com/singleton-ready"
+
+	// LabelManaged (value "true") marks every pod admitted with a hold (seed 000's label).
+	LabelManaged = "apps.statefulsingleton.com/managed"
+	// LabelSingleton holds SingletonLabelValue(name) of the StatefulSingleton that admitted the pod; the
+	// anti-affinity term selects on it so that only pods of the same singleton repel each other.
+	LabelSingleton = "apps.statefulsingleton.com/singleton"
+	// LabelNamespaceEnabled (value "true") is the namespace label that scopes the pod webhook: only pods
+	// of namespaces carrying it are sent to admission. The singleton operator keeps it on every namespace
+	// that holds a StatefulSingleton.
+	LabelNamespaceEnabled = "apps.statefulsingleton.com/enabled"
+
+	// AnnotationManaged (value "true") is seed 000's annotation on every managed pod.
+	AnnotationManaged = "apps.statefulsingleton.com/statefulsingleton-managed"
+	// AnnotationHoldMode records the hold the pod was admitted with ("Wrapper" or "SchedulingGate"),
+	// which tells the operator how to release it.
+	AnnotationHoldMode = "apps.statefulsingleton.com/hold-mode"
+	// AnnotationHoldFallback explains why a pod of a Wrapper singleton was admitted with the
+	// SchedulingGate hold instead (e.g. a container without a command, whose image entrypoint the
+	// webhook cannot read).
+	AnnotationHoldFallback = "apps.statefulsingleton.com/hold-fallback-reason"
+	// AnnotationStartGranted is written by the operator when it releases a Wrapper pod (value: the fencing
+	// epoch). The grant server answers the pod's status-sidecar once it is present.
+	AnnotationStartGranted = "apps.statefulsingleton.com/start-granted"
+	// AnnotationEpoch is the fencing epoch stamped on a released pod (see status.epoch).
+	AnnotationEpoch = "apps.statefulsingleton.com/epoch"
+
+	// SchedulingGate is the pod scheduling gate of the SchedulingGate hold; the operator removes it on release.
+	SchedulingGate = "apps.statefulsingleton.com/handover"
+
+	// SidecarContainerName is the container that waits for the start grant (seed 000's name).
+	SidecarContainerName = "status-sidecar"
+	// WrapperInitContainerName copies the singleton-wrapper binary into the pod.
+	WrapperInitContainerName = "singleton-wrapper-install"
+	// SignalVolumeName is the emptyDir shared by the sidecar (read-write) and the app containers (read-only).
+	SignalVolumeName = "statefulsingleton-signal"
+	// WrapperVolumeName is the emptyDir holding the singleton-wrapper binary.
+	WrapperVolumeName = "statefulsingleton-wrapper"
+	// GrantTokenVolumeName is the projected, pod-bound ServiceAccount token the sidecar presents.
+	GrantTokenVolumeName = "statefulsingleton-grant-token"
+
+	// SignalDir is where the start signal lives (seed 000's path).
+	SignalDir = "/var/run/signal"
+	// StartSignalFile is the file whose existence releases the wrapped entrypoints (seed 000's path).
+	StartSignalFile = SignalDir + "/start-signal"
+	// WrapperDir is where the wrapper binary is mounted in app containers (seed 000's path).
+	WrapperDir = "/opt/wrapper"
+	// WrapperBinary is the wrapped containers' new command.
+	WrapperBinary = WrapperDir + "/singleton-wrapper"
+	// GrantTokenDir is where the sidecar's grant token is mounted.
+	GrantTokenDir = "/var/run/secrets/statefulsingleton"
+	// GrantTokenAudience is the audience of the sidecar's token; the grant server accepts no other.
+	GrantTokenAudience = "statefulsingleton"
+
+	// EnvOriginalEntrypoint holds a wrapped container's original command and args as a JSON array of
+	// strings, the exact argv the wrapper executes (seed 000's variable name).
+	EnvOriginalEntrypoint = "ORIGINAL_ENTRYPOINT"
+)

@@ -1,0 +1,346 @@
+// Package podmutation computes how a pod selected by a StatefulSingleton is admitted: the readiness gate,
+// the labels, the anti-affinity against the other pods of the same singleton, the termination grace
+// period, and the start hold (Wrapper or SchedulingGate). It holds pure functions over *corev1.Pod — no
+// client, no HTTP — so the webhook server only looks the singleton up and turns the result into a patch.
+//
+// Mutate is idempotent: mutating an already mutated pod changes nothing.
+package podmutation
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+)
+
+// Config is what the mutation needs beyond the pod and its StatefulSingleton.
+type Config struct {
+	// WrapperImage is the image whose /singleton-wrapper binary the init container copies into the pod.
+	WrapperImage string
+	// SidecarImage is the image of the status-sidecar container (binary /status-sidecar).
+	SidecarImage string
+	// GrantURL is the singleton operator's grant endpoint the sidecar long-polls (https://…/v1/grant).
+	GrantURL string
+	// GrantCA is the PEM CA bundle the sidecar trusts for GrantURL; empty means the system roots.
+	GrantCA string
+}
+
+// defaultGracePeriod is Kubernetes' default terminationGracePeriodSeconds and the CRD's default
+// terminationGracePeriod.
+const defaultGracePeriod = 30
+
+// Mutate returns a copy of pod admitted as a member of ss: the readiness gate, the managed and
+// per-singleton labels, the seed's managed annotation, preferred anti-affinity (weight 100, per node)
+// against the other pods of the same singleton, the termination grace period of ss, and the start hold
+// of ss.spec.holdMode. A Wrapper pod whose argv cannot be known exactly (a container without a command:
+// its entrypoint lives in the image config, which the webhook cannot read; or init containers, which
+// would run before the hold) is held with the scheduling gate instead, and the annotation
+// AnnotationHoldFallback says why. pod itself is not modified.
+func Mutate(pod *corev1.Pod, ss *singletonv1.StatefulSingleton, cfg Config) *corev1.Pod {
+	out := pod.DeepCopy()
+	if out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	value := SingletonLabelValue(ss.Name)
+	out.Labels[singletonv1.LabelManaged] = "true"
+	out.Labels[singletonv1.LabelSingleton] = value
+	out.Annotations[singletonv1.AnnotationManaged] = "true"
+
+	addReadinessGate(out)
+	addAntiAffinity(out, value)
+	setGracePeriod(out, &ss.Spec)
+
+	mode := ss.Spec.HoldMode
+	if mode == "" {
+		mode = singletonv1.HoldModeWrapper
+	}
+	// A pod admitted earlier keeps the hold it got (a re-run must not switch modes half-way).
+	if prev := singletonv1.HoldMode(out.Annotations[singletonv1.AnnotationHoldMode]); prev != "" {
+		mode = prev
+	}
+	if mode == singletonv1.HoldModeWrapper {
+		if reason := wrapperUnsupported(out); reason != "" {
+			mode = singletonv1.HoldModeSchedulingGate
+			out.Annotations[singletonv1.AnnotationHoldFallback] = reason
+		}
+	}
+	out.Annotations[singletonv1.AnnotationHoldMode] = string(mode)
+	if mode == singletonv1.HoldModeWrapper {
+		addWrapperHold(out, cfg)
+	} else {
+		addSchedulingGate(out)
+	}
+	return out
+}
+
+// SingletonLabelValue returns the value of LabelSingleton for a StatefulSingleton name. Object names may
+// be up to 253 characters but label values only 63, so long names are shortened with a hash suffix.
+func SingletonLabelValue(name string) string {
+	if len(name) <= 63 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:52] + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+func addReadinessGate(pod *corev1.Pod) {
+	for _, g := range pod.Spec.ReadinessGates {
+		if g.ConditionType == singletonv1.ReadinessGate {
+			return
+		}
+	}
+	pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: singletonv1.ReadinessGate})
+}
+
+// AntiAffinityTerm is the preferred term added to every managed pod: weight 100 per node against the
+// managed pods of the same singleton (seed 000 used managed=true alone, which also repels the pods of
+// unrelated singletons).
+func AntiAffinityTerm(singletonLabelValue string) corev1.WeightedPodAffinityTerm {
+	return corev1.WeightedPodAffinityTerm{
+		Weight: 100,
+		PodAffinityTerm: corev1.PodAffinityTerm{
+			TopologyKey: corev1.LabelHostname,
+			LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: singletonv1.LabelManaged, Operator: metav1.LabelSelectorOpIn, Values: []string{"true"}},
+				{Key: singletonv1.LabelSingleton, Operator: metav1.LabelSelectorOpIn, Values: []string{singletonLabelValue}},
+			}},
+		},
+	}
+}
+
+func addAntiAffinity(pod *corev1.Pod, value string) {
+	term := AntiAffinityTerm(value)
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.PodAntiAffinity == nil {
+		pod.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{}
+	}
+	anti := pod.Spec.Affinity.PodAntiAffinity
+	for _, t := range anti.PreferredDuringSchedulingIgnoredDuringExecution {
+		if equality.Semantic.DeepEqual(t, term) {
+			return
+		}
+	}
+	anti.PreferredDuringSchedulingIgnoredDuringExecution = append(anti.PreferredDuringSchedulingIgnoredDuringExecution, term)
+}
+
+// setGracePeriod writes spec.terminationGracePeriod into the pod, unless respectPodGracePeriod (default
+// true) and the pod's own period is longer.
+func setGracePeriod(pod *corev1.Pod, spec *singletonv1.StatefulSingletonSpec) {
+	want := int64(spec.TerminationGracePeriod)
+	if want <= 0 {
+		want = defaultGracePeriod
+	}
+	respect := spec.RespectPodGracePeriod == nil || *spec.RespectPodGracePeriod
+	if respect && pod.Spec.TerminationGracePeriodSeconds != nil && *pod.Spec.TerminationGracePeriodSeconds > want {
+		return
+	}
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To(want)
+}
+
+func addSchedulingGate(pod *corev1.Pod) {
+	for _, g := range pod.Spec.SchedulingGates {
+		if g.Name == singletonv1.SchedulingGate {
+			return
+		}
+	}
+	pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: singletonv1.SchedulingGate})
+}
+
+// wrapperUnsupported returns why the pod cannot be held with the wrapper, or "".
+func wrapperUnsupported(pod *corev1.Pod) string {
+	if len(pod.Spec.InitContainers) > 0 && !isWrapped(pod) {
+		return "the pod has init containers, which would run before the wrapper's hold; held with the scheduling gate instead"
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == singletonv1.SidecarContainerName {
+			continue
+		}
+		if len(c.Command) == 0 {
+			return fmt.Sprintf("container %q has no command in the pod spec and the webhook cannot read its image's entrypoint; held with the scheduling gate instead", c.Name)
+		}
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == singletonv1.WrapperDir || m.MountPath == singletonv1.SignalDir {
+				if m.Name != singletonv1.WrapperVolumeName && m.Name != singletonv1.SignalVolumeName {
+					return fmt.Sprintf("container %q already mounts %s; held with the scheduling gate instead", c.Name, m.MountPath)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// isWrapped reports whether the wrapper hold was already added (its init container is present).
+func isWrapped(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool {
+		return c.Name == singletonv1.WrapperInitContainerName
+	})
+}
+
+// restricted is a container security context that meets the restricted Pod Security profile, so the
+// injected containers are admitted wherever the app's own pod is.
+func restricted() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// nonRootUser is the user of our images (distroless nonroot); set explicitly so runAsNonRoot can be
+// verified also when the image config is not read.
+const nonRootUser = 65532
+
+func addWrapperHold(pod *corev1.Pod, cfg Config) {
+	// A projected ServiceAccount token needs a named ServiceAccount. The API server's ServiceAccount
+	// admission would name "default" anyway; naming it here keeps the pod valid wherever that plugin runs.
+	if pod.Spec.ServiceAccountName == "" {
+		pod.Spec.ServiceAccountName = pod.Spec.DeprecatedServiceAccount
+		if pod.Spec.ServiceAccountName == "" {
+			pod.Spec.ServiceAccountName = "default"
+		}
+	}
+	addVolume(pod, corev1.Volume{Name: singletonv1.SignalVolumeName, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))}}})
+	addVolume(pod, corev1.Volume{Name: singletonv1.WrapperVolumeName, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))}}})
+	addVolume(pod, corev1.Volume{Name: singletonv1.GrantTokenVolumeName, VolumeSource: corev1.VolumeSource{
+		Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+			ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+				Audience:          singletonv1.GrantTokenAudience,
+				ExpirationSeconds: ptr.To(int64(3600)),
+				Path:              "token",
+			}}}}}})
+
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if c.Name == singletonv1.SidecarContainerName {
+			continue
+		}
+		wrapContainer(c)
+	}
+
+	if !isWrapped(pod) {
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{
+			Name:    singletonv1.WrapperInitContainerName,
+			Image:   cfg.WrapperImage,
+			Command: []string{"/singleton-wrapper", "install", singletonv1.WrapperBinary},
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: singletonv1.WrapperVolumeName, MountPath: singletonv1.WrapperDir},
+			},
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+			},
+			SecurityContext:          withUser(restricted()),
+			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		})
+	}
+	if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == singletonv1.SidecarContainerName }) {
+		pod.Spec.Containers = append(pod.Spec.Containers, sidecar(cfg))
+	}
+}
+
+func withUser(sc *corev1.SecurityContext) *corev1.SecurityContext {
+	sc.RunAsUser = ptr.To(int64(nonRootUser))
+	sc.RunAsGroup = ptr.To(int64(nonRootUser))
+	return sc
+}
+
+func sidecar(cfg Config) corev1.Container {
+	fieldEnv := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	env := []corev1.EnvVar{
+		fieldEnv("POD_NAME", "metadata.name"),
+		fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+		fieldEnv("POD_UID", "metadata.uid"),
+		{Name: "GRANT_URL", Value: cfg.GrantURL},
+	}
+	if cfg.GrantCA != "" {
+		env = append(env, corev1.EnvVar{Name: "GRANT_CA", Value: cfg.GrantCA})
+	}
+	return corev1.Container{
+		Name:    singletonv1.SidecarContainerName,
+		Image:   cfg.SidecarImage,
+		Command: []string{"/status-sidecar"},
+		Env:     env,
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: singletonv1.SignalVolumeName, MountPath: singletonv1.SignalDir},
+			{Name: singletonv1.GrantTokenVolumeName, MountPath: singletonv1.GrantTokenDir, ReadOnly: true},
+		},
+		// Seed 000's footprint.
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		SecurityContext:          withUser(restricted()),
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+// wrapContainer replaces the container's command by the wrapper and records the original argv in
+// ORIGINAL_ENTRYPOINT. The kubelet expands $(VAR) in env values as it does in command and args; every $
+// is doubled so the JSON reaches the wrapper verbatim, and the wrapper expands $(VAR) itself with the
+// kubelet's rules, so the argv the app finally gets is the one it would have got unwrapped.
+func wrapContainer(c *corev1.Container) {
+	if slices.Equal(c.Command, []string{singletonv1.WrapperBinary}) && hasEnv(c, singletonv1.EnvOriginalEntrypoint) {
+		return
+	}
+	argv := append(slices.Clone(c.Command), c.Args...)
+	raw, _ := json.Marshal(argv) // a []string always marshals
+	value := strings.ReplaceAll(string(raw), "$", "$$")
+	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == singletonv1.EnvOriginalEntrypoint })
+	// Last, so that nothing the app defines is shadowed.
+	c.Env = append(c.Env, corev1.EnvVar{Name: singletonv1.EnvOriginalEntrypoint, Value: value})
+	c.Command = []string{singletonv1.WrapperBinary}
+	c.Args = nil
+	addMount(c, corev1.VolumeMount{Name: singletonv1.WrapperVolumeName, MountPath: singletonv1.WrapperDir, ReadOnly: true})
+	// Read-only: only the sidecar may give the start signal.
+	addMount(c, corev1.VolumeMount{Name: singletonv1.SignalVolumeName, MountPath: singletonv1.SignalDir, ReadOnly: true})
+}
+
+func hasEnv(c *corev1.Container, name string) bool {
+	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
+}
+
+func addMount(c *corev1.Container, m corev1.VolumeMount) {
+	if !slices.ContainsFunc(c.VolumeMounts, func(x corev1.VolumeMount) bool { return x.Name == m.Name }) {
+		c.VolumeMounts = append(c.VolumeMounts, m)
+	}
+}
+
+func addVolume(pod *corev1.Pod, v corev1.Volume) {
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(x corev1.Volume) bool { return x.Name == v.Name }) {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, v)
+	}
+}
+
+// OriginalArgv decodes an ORIGINAL_ENTRYPOINT value as the wrapper receives it (after the kubelet turned
+// every $$ back into $).
+func OriginalArgv(value string) ([]string, error) {
+	var argv []string
+	if err := json.Unmarshal([]byte(value), &argv); err != nil {
+		return nil, fmt.Errorf("%s is not a JSON array of strings: %w", singletonv1.EnvOriginalEntrypoint, err)
+	}
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("%s is empty", singletonv1.EnvOriginalEntrypoint)
+	}
+	return argv, nil
+}

@@ -1,0 +1,178 @@
+// Package grant is the singleton operator's start-grant endpoint: the status-sidecar of a held
+// Wrapper-mode pod long-polls it, and it answers once the operator has released that pod. No
+// pods/exec is needed, and the app's ServiceAccount gets no API permission: the sidecar only presents
+// its pod-bound projected ServiceAccount token, which the operator verifies itself.
+//
+// # Protocol
+//
+//	POST /v1/grant  (HTTPS)
+//	Authorization: Bearer <projected ServiceAccount token, audience "statefulsingleton">
+//	Content-Type: application/json
+//	{"namespace": "<pod namespace>", "name": "<pod name>", "uid": "<pod UID>"}
+//
+// The server reviews the token (TokenReview with audience "statefulsingleton") and accepts it only if it
+// is bound to exactly that pod: the review's extra fields authentication.kubernetes.io/pod-name and
+// pod-uid must equal name and uid, and the user must be a ServiceAccount of namespace. A failed review
+// answers 401, a token for another pod 403, a malformed request 400.
+//
+// It then waits, up to MaxWait (default 30 s), for the grant of that pod UID:
+//
+//	200 {"granted": true}    the operator released the pod: write the start signal now
+//	200 {"granted": false}   no grant yet: ask again at once (long poll, no fixed polling interval)
+//
+// The answer comes as soon as the grant is known, so the start follows the release within a round trip.
+// Any other outcome (network error, 5xx, 4xx) means "not granted": the sidecar retries with back-off and
+// the app stays blocked — fail closed.
+//
+// # Grants
+//
+// Grants is the interface the controller drives. AnnotationGrants implements it from the pod annotation
+// apps.statefulsingleton.com/start-granted that the controller writes when it releases a pod, so the
+// grant is part of the cluster's state (a restarted operator, or another replica, answers the same) and
+// tests drive the endpoint by annotating a pod, without a test double.
+package grant
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+)
+
+// The grant server reviews the sidecars' tokens and follows pod annotations.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+
+// Path is the endpoint's URL path.
+const Path = "/v1/grant"
+
+// Request is the body the sidecar sends.
+type Request struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+}
+
+// Response is the body of a 200 answer.
+type Response struct {
+	Granted bool `json:"granted"`
+}
+
+// Grants tells when the operator has released a pod.
+type Grants interface {
+	// Granted returns a channel that is closed once the pod with this UID is released (at once if it
+	// already is).
+	Granted(uid types.UID) <-chan struct{}
+}
+
+// Authenticator verifies a bearer token and returns who presented it.
+type Authenticator func(ctx context.Context, token string) (authenticationv1.UserInfo, error)
+
+// TokenReviewAuthenticator authenticates tokens through the API server's TokenReview, accepting only
+// the audience statefulsingleton.
+func TokenReviewAuthenticator(c client.Client) Authenticator {
+	return func(ctx context.Context, token string) (authenticationv1.UserInfo, error) {
+		review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{
+			Token:     token,
+			Audiences: []string{singletonv1.GrantTokenAudience},
+		}}
+		if err := c.Create(ctx, review); err != nil {
+			return authenticationv1.UserInfo{}, fmt.Errorf("token review: %w", err)
+		}
+		if !review.Status.Authenticated {
+			return authenticationv1.UserInfo{}, fmt.Errorf("token not authenticated: %s", review.Status.Error)
+		}
+		if !slices.Contains(review.Status.Audiences, singletonv1.GrantTokenAudience) {
+			return authenticationv1.UserInfo{}, errors.New("token is not for the statefulsingleton audience")
+		}
+		return review.Status.User, nil
+	}
+}
+
+// Handler serves the grant endpoint.
+type Handler struct {
+	// Authenticate verifies the sidecar's token (TokenReviewAuthenticator in production).
+	Authenticate Authenticator
+	// Grants says when a pod is released.
+	Grants Grants
+	// MaxWait bounds one long poll; default 30 s, below common proxy and client timeouts.
+	MaxWait time.Duration
+}
+
+// Extra keys of a pod-bound ServiceAccount token's user info.
+const (
+	extraPodName = "authentication.kubernetes.io/pod-name"
+	extraPodUID  = "authentication.kubernetes.io/pod-uid"
+)
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+		return
+	}
+	var req Request
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Namespace == "" || req.Name == "" || req.UID == "" {
+		http.Error(w, "the body must be {\"namespace\", \"name\", \"uid\"}", http.StatusBadRequest)
+		return
+	}
+	log := logf.FromContext(r.Context()).WithValues("pod", req.Namespace+"/"+req.Name, "podUID", req.UID)
+	user, err := h.Authenticate(r.Context(), token)
+	if err != nil {
+		log.V(1).Info("Grant request refused", "reason", err.Error())
+		http.Error(w, "unauthenticated", http.StatusUnauthorized)
+		return
+	}
+	if err := boundTo(user, req); err != nil {
+		log.Info("Grant request refused", "reason", err.Error(), "user", user.Username)
+		http.Error(w, "the token is not bound to this pod", http.StatusForbidden)
+		return
+	}
+
+	wait := h.MaxWait
+	if wait <= 0 {
+		wait = 30 * time.Second
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	granted := false
+	select {
+	case <-h.Grants.Granted(req.UID):
+		granted = true
+	case <-timer.C:
+	case <-r.Context().Done():
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(Response{Granted: granted})
+}
+
+// boundTo checks that the token's user is a ServiceAccount of the pod's namespace and that the token is
+// bound to exactly this pod (name and UID), so one pod can never ask for another's grant.
+func boundTo(user authenticationv1.UserInfo, req Request) error {
+	if !strings.HasPrefix(user.Username, "system:serviceaccount:"+req.Namespace+":") {
+		return fmt.Errorf("user %q is not a ServiceAccount of namespace %q", user.Username, req.Namespace)
+	}
+	if got := user.Extra[extraPodUID]; len(got) != 1 || got[0] != string(req.UID) {
+		return fmt.Errorf("token is bound to pod UID %v, not %s", []string(got), req.UID)
+	}
+	if got := user.Extra[extraPodName]; len(got) != 1 || got[0] != req.Name {
+		return fmt.Errorf("token is bound to pod %v, not %s", []string(got), req.Name)
+	}
+	return nil
+}

@@ -1,0 +1,201 @@
+//go:build integration
+
+package podwebhook_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	"github.com/statefulops/statefulops/webhook-server/internal/server"
+)
+
+// The webhook server runs in-process in loopback mode (the certificate envtest generates, as
+// --webhook-cert-path), registered with the real API server through config/webhook/manifests.yaml, so
+// every pod below is admitted — and validated — by a real kube-apiserver.
+
+var k8s client.Client
+
+func TestMain(m *testing.M) {
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "singleton-operator", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join("..", "..", "config", "webhook", "manifests.yaml")}},
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		panic(err)
+	}
+	code := func() int {
+		defer env.Stop()
+		scheme := runtime.NewScheme()
+		_ = clientgoscheme.AddToScheme(scheme)
+		_ = singletonv1.AddToScheme(scheme)
+		wio := env.WebhookInstallOptions
+		mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+			Scheme:                 scheme,
+			Metrics:                metricsserver.Options{BindAddress: "0"},
+			HealthProbeBindAddress: "0",
+			WebhookServer:          webhook.NewServer(webhook.Options{Host: wio.LocalServingHost, Port: wio.LocalServingPort, CertDir: wio.LocalServingCertDir}),
+		})
+		if err != nil {
+			panic(err)
+		}
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		fs.String("webhook-cert-path", "", "")
+		c := &server.Config{}
+		c.AddFlags(fs)
+		if err := fs.Parse([]string{"--webhook-cert-path=" + wio.LocalServingCertDir, "--wrapper-image=w:1", "--sidecar-image=s:1", "--grant-url=https://grant/v1/grant"}); err != nil {
+			panic(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if err := c.Setup(ctx, mgr); err != nil {
+			panic(err)
+		}
+		go func() { _ = mgr.Start(ctx) }()
+		k8s = mgr.GetClient()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			panic("cache never synced")
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pods-"}}
+	require.NoError(t, k8s.Create(t.Context(), ns))
+	return ns.Name
+}
+
+func newSingleton(t *testing.T, ns, name string, mode singletonv1.HoldMode, matchLabels map[string]string) *singletonv1.StatefulSingleton {
+	t.Helper()
+	ss := &singletonv1.StatefulSingleton{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: singletonv1.StatefulSingletonSpec{
+			Selector: metav1.LabelSelector{MatchLabels: matchLabels}, TerminationGracePeriod: 120, HoldMode: mode,
+		},
+	}
+	require.NoError(t, k8s.Create(t.Context(), ss))
+	// The webhook reads through its cache: wait until it has seen the singleton.
+	require.Eventually(t, func() bool {
+		return k8s.Get(t.Context(), client.ObjectKeyFromObject(ss), &singletonv1.StatefulSingleton{}) == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	return ss
+}
+
+func newPod(ns, name string, labels map[string]string, command ...string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: "registry.example/app:1", Command: command, Args: []string{"--name=a b", "--list=a,b", `"quoted"`},
+		}}},
+	}
+}
+
+func TestAMatchingPodIsMutatedAndAcceptedByTheAPIServer(t *testing.T) {
+	ns := newNamespace(t)
+	newSingleton(t, ns, "db", singletonv1.HoldModeWrapper, map[string]string{"app": "db"})
+
+	pod := newPod(ns, "db-0", map[string]string{"app": "db"}, "/bin/server")
+	require.NoError(t, k8s.Create(t.Context(), pod), "the mutated pod passes the API server's validation")
+
+	assert.Equal(t, "true", pod.Labels[singletonv1.LabelManaged])
+	assert.Equal(t, "db", pod.Labels[singletonv1.LabelSingleton])
+	assert.Equal(t, "Wrapper", pod.Annotations[singletonv1.AnnotationHoldMode])
+	assert.Contains(t, pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: singletonv1.ReadinessGate})
+	assert.Equal(t, int64(120), *pod.Spec.TerminationGracePeriodSeconds)
+	require.Len(t, pod.Spec.Containers, 2)
+	assert.Equal(t, []string{singletonv1.WrapperBinary}, pod.Spec.Containers[0].Command)
+	assert.Equal(t, "status-sidecar", pod.Spec.Containers[1].Name)
+	assert.Equal(t, "s:1", pod.Spec.Containers[1].Image)
+	require.Len(t, pod.Spec.InitContainers, 1)
+	assert.Equal(t, "w:1", pod.Spec.InitContainers[0].Image)
+	assert.Empty(t, pod.Spec.SchedulingGates)
+}
+
+func TestSchedulingGateModeAndTheFallbackAreAcceptedByTheAPIServer(t *testing.T) {
+	ns := newNamespace(t)
+	newSingleton(t, ns, "gated", singletonv1.HoldModeSchedulingGate, map[string]string{"app": "gated"})
+	newSingleton(t, ns, "wrapped", singletonv1.HoldModeWrapper, map[string]string{"app": "nocommand"})
+
+	for _, pod := range []*corev1.Pod{
+		newPod(ns, "gated-0", map[string]string{"app": "gated"}, "/bin/server"),
+		newPod(ns, "nocommand-0", map[string]string{"app": "nocommand"}), // image entrypoint: fallback
+	} {
+		require.NoError(t, k8s.Create(t.Context(), pod))
+		assert.Equal(t, []corev1.PodSchedulingGate{{Name: singletonv1.SchedulingGate}}, pod.Spec.SchedulingGates, pod.Name)
+		assert.Len(t, pod.Spec.Containers, 1, "no sidecar")
+		assert.Equal(t, "SchedulingGate", pod.Annotations[singletonv1.AnnotationHoldMode])
+	}
+}
+
+func TestANonMatchingPodIsUnchanged(t *testing.T) {
+	ns := newNamespace(t)
+	newSingleton(t, ns, "db", singletonv1.HoldModeWrapper, map[string]string{"app": "db"})
+
+	pod := newPod(ns, "web-0", map[string]string{"app": "web"}, "/bin/web")
+	// What the API server makes of the pod without any webhook (dry run in a namespace whose pods
+	// match nothing is the same path, so compare against the defaulted original instead).
+	require.NoError(t, k8s.Create(t.Context(), pod))
+	assert.NotContains(t, pod.Labels, singletonv1.LabelManaged)
+	assert.Empty(t, pod.Annotations)
+	assert.Empty(t, pod.Spec.ReadinessGates)
+	assert.Nil(t, pod.Spec.Affinity)
+	assert.Len(t, pod.Spec.Containers, 1)
+	assert.Equal(t, []string{"/bin/web"}, pod.Spec.Containers[0].Command)
+	assert.Equal(t, int64(30), *pod.Spec.TerminationGracePeriodSeconds, "the API server's default, not ours")
+}
+
+func TestLabellingAndAnnotatingAManagedPodSucceedsAndKeepsItsSpec(t *testing.T) {
+	ns := newNamespace(t)
+	newSingleton(t, ns, "db", singletonv1.HoldModeWrapper, map[string]string{"app": "db"})
+	pod := newPod(ns, "db-0", map[string]string{"app": "db"}, "/bin/server")
+	require.NoError(t, k8s.Create(t.Context(), pod))
+	before := pod.Spec.DeepCopy()
+
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"x"},"annotations":{"note":"y"}}}`))
+	require.NoError(t, k8s.Patch(t.Context(), pod, patch))
+	assert.Equal(t, "x", pod.Labels["team"])
+	assert.Equal(t, "y", pod.Annotations["note"])
+	assert.True(t, equality.Semantic.DeepEqual(*before, pod.Spec), "the spec is unchanged")
+
+	pod.Labels["other"] = "z"
+	require.NoError(t, k8s.Update(t.Context(), pod), "a full update of a managed pod is not rewritten")
+	assert.True(t, equality.Semantic.DeepEqual(*before, pod.Spec))
+}
+
+func TestOverlappingSingletonsTheOldestWins(t *testing.T) {
+	ns := newNamespace(t)
+	newSingleton(t, ns, "zz-older", singletonv1.HoldModeSchedulingGate, map[string]string{"app": "db"})
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp has a one-second resolution
+	newSingleton(t, ns, "aa-newer", singletonv1.HoldModeWrapper, map[string]string{"app": "db", "tier": "x"})
+
+	for i := range 3 {
+		pod := newPod(ns, fmt.Sprintf("db-%d", i), map[string]string{"app": "db", "tier": "x"}, "/bin/server")
+		require.NoError(t, k8s.Create(t.Context(), pod))
+		assert.Equal(t, "zz-older", pod.Labels[singletonv1.LabelSingleton])
+		assert.Equal(t, "SchedulingGate", pod.Annotations[singletonv1.AnnotationHoldMode])
+	}
+}
