@@ -1,6 +1,6 @@
 // Package grant is the singleton operator's start-grant endpoint: the status-sidecar of a held
 // Wrapper-mode pod long-polls it, and it answers once the operator has released that pod. No
-// pods/exec is needed, and the app's ServiceAccount gets no API permission: the sidecar only presents
+// exec into pods is needed, and the app's ServiceAccount gets no API permission: the sidecar only presents
 // its pod-bound projected ServiceAccount token, which the operator verifies itself.
 //
 // # Protocol
