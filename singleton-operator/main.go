@@ -1,11 +1,18 @@
-// Command singleton-operator runs the StatefulSingleton operator of statefulops.
+// Command singleton-operator runs the StatefulSingleton operator of statefulops: the controller that
+// releases held pods one at a time (package controller) and the HTTPS start-grant endpoint that the
+// status-sidecars of Wrapper-mode pods long-poll (package grant).
 package main
 
 import (
+	"context"
+
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 	"github.com/statefulops/statefulops/shared/manager"
+	"github.com/statefulops/statefulops/singleton-operator/internal/controller"
+	"github.com/statefulops/statefulops/singleton-operator/internal/grant"
 )
 
 // The operator reads and writes its own kind and records Events about it.
@@ -15,10 +22,18 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {
+	grants := &grant.ServeConfig{}
 	manager.Main(manager.Options{
 		Name:             "singleton-operator",
 		Short:            "Runs StatefulSingleton: no two pods of a singleton ever run their main process at once.",
 		LeaderElectionID: "statefulsingleton-operator.apps.statefulsingleton.com",
 		Schemes:          []func(*runtime.Scheme) error{singletonv1.AddToScheme},
+		Flags:            grants.AddFlags,
+		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
+			if err := controller.Setup(ctx, mgr); err != nil {
+				return err
+			}
+			return grants.Setup(ctx, mgr)
+		},
 	})
 }

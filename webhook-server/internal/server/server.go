@@ -18,10 +18,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -61,7 +63,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"Image of the status-sidecar container of Wrapper-mode pods.")
 	fs.StringVar(&c.Mutation.GrantURL, "grant-url", "https://singleton-operator-grant.singleton-operator-system.svc/v1/grant",
 		"The singleton operator's grant endpoint, long-polled by the status-sidecar.")
-	fs.StringVar(&c.grantCAFile, "grant-ca-file", "", "PEM CA bundle the status-sidecar trusts for --grant-url; empty means the system roots.")
+	fs.StringVar(&c.grantCAFile, "grant-ca-file", "", "PEM CA bundle the status-sidecar trusts for --grant-url; empty means the system roots. In the cluster the webhook waits until the file exists (the singleton operator's rotated grant-cert Secret, mounted optional).")
 	fs.StringVar(&c.certNamespace, "cert-namespace", os.Getenv("POD_NAMESPACE"),
 		"Namespace of the certificate Secret and the webhook Service (default: $POD_NAMESPACE). Unused with --webhook-cert-path.")
 	fs.StringVar(&c.certSecret, "cert-secret", "webhook-server-cert", "Secret in which the certificate rotator keeps the CA and serving certificate.")
@@ -72,13 +74,6 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 
 // Setup registers the pod webhook and, without --webhook-cert-path, the certificate rotator.
 func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
-	if c.grantCAFile != "" {
-		ca, err := os.ReadFile(c.grantCAFile)
-		if err != nil {
-			return fmt.Errorf("reading --grant-ca-file: %w", err)
-		}
-		c.Mutation.GrantCA = string(ca)
-	}
 	// Start following StatefulSingletons with the manager, not at the first admission request, and be
 	// ready only once they are known: an unsynced cache would fail (or delay) admissions.
 	informer, err := mgr.GetCache().GetInformer(ctx, &singletonv1.StatefulSingleton{})
@@ -95,6 +90,14 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	}
 
 	register := func() {
+		if c.grantCAFile != "" {
+			ca, err := os.ReadFile(c.grantCAFile)
+			if err != nil || len(ca) == 0 {
+				// Only reached in loopback mode; in the cluster afterReady waited for the file.
+				mgr.GetLogger().Error(err, "Reading --grant-ca-file; the status-sidecars will trust the system roots", "file", c.grantCAFile)
+			}
+			c.Mutation.GrantCA = string(ca)
+		}
 		mgr.GetWebhookServer().Register(podwebhook.Path, &webhook.Admission{Handler: &podwebhook.Mutator{
 			Reader:  mgr.GetClient(),
 			Decoder: admission.NewDecoder(mgr.GetScheme()),
@@ -102,6 +105,11 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		}})
 	}
 	if c.fs.Lookup("webhook-cert-path").Value.String() != "" {
+		if c.grantCAFile != "" {
+			if _, err := os.Stat(c.grantCAFile); err != nil {
+				return fmt.Errorf("reading --grant-ca-file: %w", err)
+			}
+		}
 		register()
 		return nil
 	}
@@ -132,7 +140,7 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return fmt.Errorf("adding the certificate rotator: %w", err)
 	}
-	return mgr.Add(&afterReady{ready: ready, run: register})
+	return mgr.Add(&afterReady{ready: ready, caFile: c.grantCAFile, run: register})
 }
 
 // defaultCertDir is where controller-runtime's webhook server reads its certificate when no directory is
@@ -141,18 +149,31 @@ func defaultCertDir() string {
 	return filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 }
 
-// afterReady runs a function once the certificate is ready; on every replica, leader or not.
+// afterReady runs a function once the certificate is ready and, when caFile is set, the grant CA file
+// (the singleton operator's rotated Secret, mounted optional) is there; on every replica, leader or not.
+// Until then the webhook server does not start and /readyz fails, so no pod is admitted with a sidecar
+// that could not verify the grant endpoint.
 type afterReady struct {
-	ready <-chan struct{}
-	run   func()
+	ready  <-chan struct{}
+	caFile string
+	run    func()
 }
 
 func (a *afterReady) Start(ctx context.Context) error {
 	select {
 	case <-a.ready:
-		a.run()
 	case <-ctx.Done():
+		return nil
 	}
+	if a.caFile != "" {
+		if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+			info, err := os.Stat(a.caFile)
+			return err == nil && info.Size() > 0, nil
+		}); err != nil {
+			return nil // stopped while waiting
+		}
+	}
+	a.run()
 	return nil
 }
 

@@ -90,6 +90,11 @@ type StatefulSingletonStatus struct {
 	// identifies the pod that was released.
 	// +optional
 	ActivePodUID string `json:"activePodUID,omitempty"`
+	// activePodNode is the node of activePod once it is scheduled. When the active pod disappears the
+	// operator checks this node: if it is NotReady or Unknown the pod's stop was never confirmed, and
+	// no other pod is released until the node is Ready again or tainted node.kubernetes.io/out-of-service.
+	// +optional
+	ActivePodNode string `json:"activePodNode,omitempty"`
 
 	// phase is the coarse state: "Running" (one active pod, nothing pending), "Transitioning" (a new
 	// pod is held while the previous one terminates) or "Failed" (a transition exceeded

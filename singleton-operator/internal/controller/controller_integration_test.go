@@ -1,0 +1,326 @@
+//go:build integration
+
+package controller
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+)
+
+// A held pod is released only once every other pod is gone from the API or terminal: a pod being
+// deleted still blocks, a confirmed deletion or a terminal pod does not.
+func TestReleaseOnlyWhenOthersGoneOrTerminal(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	f.createPod("old", releasedAt(1))
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	f.neverReleased("new", time.Second)
+
+	require.NoError(t, k8s.Delete(t.Context(), f.pod("old"))) // graceful: stays until the kubelet confirms
+	f.neverReleased("new", time.Second)
+	f.confirmStop("old")
+	f.waitReleased("new")
+
+	pod := f.pod("new")
+	assert.Equal(t, "2", pod.Annotations[singletonv1.AnnotationEpoch], "epoch follows the pods' epochs")
+	assert.Equal(t, "2", pod.Annotations[singletonv1.AnnotationStartGranted])
+	require.Eventually(t, func() bool { return readinessGateTrue(f.pod("new")) }, wait, tick, "readiness gate set")
+	ss := f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)
+	assert.Equal(t, "new", ss.Status.ActivePod)
+	assert.Equal(t, int64(2), ss.Status.Epoch)
+	assert.Equal(t, singletonv1.PhaseRunning, ss.Status.Phase)
+
+	// A crash-looping pod is not gone; a terminal one is.
+	f.createPod("newer", held(singletonv1.HoldModeWrapper))
+	f.neverReleased("newer", time.Second)
+	f.setPhase("new", corev1.PodFailed)
+	f.waitReleased("newer")
+	assert.Equal(t, "3", f.pod("newer").Annotations[singletonv1.AnnotationEpoch])
+}
+
+// SchedulingGate release removes the gate and stamps the epoch.
+func TestSchedulingGateRelease(t *testing.T) {
+	f := newFixture(t)
+	startOperator(t, nil)
+	f.createSingleton("db", func(ss *singletonv1.StatefulSingleton) { ss.Spec.HoldMode = singletonv1.HoldModeSchedulingGate })
+	f.createPod("a", held(singletonv1.HoldModeSchedulingGate))
+	f.waitReleased("a")
+	pod := f.pod("a")
+	assert.Empty(t, pod.Spec.SchedulingGates)
+	assert.Equal(t, "1", pod.Annotations[singletonv1.AnnotationEpoch])
+	assert.NotContains(t, pod.Annotations, singletonv1.AnnotationStartGranted)
+}
+
+// The previous pod force-deleted from a NotReady node: hold with FencingRequired until the node is
+// tainted out-of-service.
+func TestFencingNodeNotReady(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	ensureNode(t, "node-b", true, false)
+	t.Cleanup(func() { ensureNode(t, "node-b", true, false) })
+	startOperator(t, nil)
+	f.createSingleton("db")
+	f.createPod("old", held(singletonv1.HoldModeWrapper), onNode("node-b"))
+	f.waitReleased("old")
+	require.Eventually(t, func() bool { return f.singleton("db").Status.ActivePodNode == "node-b" }, wait, tick)
+
+	ensureNode(t, "node-b", false, false)
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	f.confirmStop("old") // force delete: the kubelet never confirmed
+	ss := f.waitCondition("db", singletonv1.ConditionFencingRequired, metav1.ConditionTrue)
+	assert.Contains(t, ss.Status.Message, "node-b")
+	f.neverReleased("new", time.Second)
+
+	ensureNode(t, "node-b", false, true)
+	f.waitReleased("new")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ss := f.singleton("db")
+		assert.Nil(c, findCondition(ss, singletonv1.ConditionFencingRequired))
+		assert.Equal(c, "new", ss.Status.ActivePod)
+	}, wait, tick)
+}
+
+// Several held pods: exactly one is released, the newest revision.
+func TestSeveralHeldNewestRevisionWins(t *testing.T) {
+	f := newFixture(t)
+	oc := watchOverlaps(t, f.ns)
+	rs1, rs2 := f.createReplicaSet("db-1", 1), f.createReplicaSet("db-2", 2)
+	f.createPod("a-rev1", held(singletonv1.HoldModeWrapper), ownedBy(rs1))
+	f.createPod("b-rev2", held(singletonv1.HoldModeWrapper), ownedBy(rs2))
+	f.createPod("c-rev1", held(singletonv1.HoldModeWrapper), ownedBy(rs1))
+	f.createSingleton("db")
+	startOperator(t, nil)
+	f.waitReleased("b-rev2")
+	f.neverReleased("a-rev1", time.Second)
+	assert.False(t, f.released("c-rev1"))
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	assert.Len(t, oc.epochs, 1)
+}
+
+// RollingUpdate: the new revision's pod is held while the old one is healthy; the operator deletes the
+// old pod and releases the new one once the stop is confirmed.
+func TestRollingUpdateHandover(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	rs1, rs2 := f.createReplicaSet("db-1", 1), f.createReplicaSet("db-2", 2)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	f.createPod("old", held(singletonv1.HoldModeWrapper), ownedBy(rs1))
+	f.waitReleased("old")
+	f.createPod("new", held(singletonv1.HoldModeWrapper), ownedBy(rs2))
+	require.Eventually(t, func() bool { return !f.pod("old").DeletionTimestamp.IsZero() }, wait, tick, "old pod deleted by the operator")
+	assert.False(t, f.released("new"))
+	f.confirmStop("old")
+	f.waitReleased("new")
+
+	// A replacement of the old revision (the old ReplicaSet reacting) stays held.
+	f.createPod("old-again", held(singletonv1.HoldModeWrapper), ownedBy(rs1))
+	f.neverReleased("old-again", time.Second)
+}
+
+// Past maxTransitionTime the transition is reported and the new pod stays held.
+func TestTransitionTimeoutKeepsHolding(t *testing.T) {
+	f := newFixture(t)
+	startOperator(t, nil)
+	f.createSingleton("db", func(ss *singletonv1.StatefulSingleton) {
+		ss.Spec.MaxTransitionTime, ss.Spec.TerminationGracePeriod = 1, 1
+	})
+	f.createPod("old", releasedAt(1))
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	ss := f.waitCondition("db", singletonv1.ConditionTransitionTimedOut, metav1.ConditionTrue)
+	assert.Equal(t, singletonv1.PhaseFailed, ss.Status.Phase)
+	assert.NotNil(t, ss.Status.TransitionTimestamp)
+	f.neverReleased("new", time.Second)
+	var events corev1.EventList
+	require.Eventually(t, func() bool {
+		require.NoError(t, k8s.List(t.Context(), &events, client.InNamespace(f.ns)))
+		for _, e := range events.Items {
+			if e.Reason == singletonv1.ReasonTransitionTimeout {
+				return true
+			}
+		}
+		return false
+	}, wait, tick, "TransitionTimeout event")
+
+	f.confirmStop("old")
+	f.waitReleased("new")
+	f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)
+}
+
+// A pod without a hold is reported, never released, and deleted while another pod is active.
+func TestUngatedPodReportedAndDeleted(t *testing.T) {
+	f := newFixture(t)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	f.createPod("active", held(singletonv1.HoldModeWrapper))
+	f.waitReleased("active")
+	f.createPod("rogue")
+	f.waitCondition("db", singletonv1.ConditionUngatedPod, metav1.ConditionTrue)
+	require.Eventually(t, func() bool { return !f.pod("rogue").DeletionTimestamp.IsZero() }, wait, tick, "ungated pod deleted")
+	assert.False(t, f.released("rogue"))
+	f.confirmStop("rogue")
+	require.Eventually(t, func() bool { return findCondition(f.singleton("db"), singletonv1.ConditionUngatedPod) == nil }, wait, tick)
+}
+
+// The finalizer keeps a StatefulSingleton deleted mid-transition until the transition finished; the
+// namespace label follows the StatefulSingletons of the namespace.
+func TestDeletionMidTransitionAndNamespaceLabel(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	nsLabel := func() string {
+		ns := &corev1.Namespace{}
+		require.NoError(t, k8s.Get(t.Context(), client.ObjectKey{Name: f.ns}, ns))
+		return ns.Labels[singletonv1.LabelNamespaceEnabled]
+	}
+	require.Eventually(t, func() bool { return nsLabel() == "true" }, wait, tick, "namespace labelled")
+	require.Eventually(t, func() bool { return len(f.singleton("db").Finalizers) == 1 }, wait, tick, "finalizer")
+
+	f.createPod("old", releasedAt(1))
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	require.NoError(t, k8s.Delete(t.Context(), f.singleton("db")))
+	require.Eventually(t, func() bool { return f.singleton("db").Status.Message != "" && !f.released("new") }, wait, tick)
+	require.Never(t, func() bool {
+		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "db"}, &singletonv1.StatefulSingleton{})
+		return err != nil
+	}, time.Second, tick, "kept while a pod is held")
+	assert.Contains(t, f.singleton("db").Status.Message, "deletion waits")
+
+	f.confirmStop("old")
+	f.waitReleased("new")
+	require.Eventually(t, func() bool {
+		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "db"}, &singletonv1.StatefulSingleton{})
+		return client.IgnoreNotFound(err) == nil && err != nil
+	}, wait, tick, "deleted once nothing is held")
+	require.Eventually(t, func() bool { return nsLabel() == "" }, wait, tick, "namespace label removed")
+}
+
+// Overlapping selectors: the older StatefulSingleton manages, the younger reports.
+func TestOverlappingSelectors(t *testing.T) {
+	f := newFixture(t)
+	startOperator(t, nil)
+	f.createSingleton("first")
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have a one-second resolution
+	f.createSingleton("second", func(ss *singletonv1.StatefulSingleton) {
+		ss.Spec.Selector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "db", "tier": "x"}}
+	})
+	ss := f.waitCondition("second", singletonv1.ConditionSelectorConflict, metav1.ConditionTrue)
+	assert.Contains(t, ss.Status.Message, "first")
+	f.createPod("a", held(singletonv1.HoldModeWrapper), func(p *corev1.Pod) { p.Labels["tier"] = "x" })
+	f.waitReleased("a")
+	require.Eventually(t, func() bool { return f.singleton("first").Status.ActivePod == "a" }, wait, tick)
+	assert.Nil(t, findCondition(f.singleton("first"), singletonv1.ConditionSelectorConflict))
+	assert.Empty(t, f.singleton("second").Status.ActivePod)
+}
+
+// Injected API errors and operator restarts at random points never release two pods and never reuse
+// an epoch: many handovers, a third of the pod patches and status writes failing.
+func TestInjectedErrorsAndRestartsNeverDoubleRelease(t *testing.T) {
+	f := newFixture(t)
+	oc := watchOverlaps(t, f.ns)
+	var calls atomic.Int64
+	flaky := func() error {
+		calls.Add(1)
+		if rand.N(3) == 0 {
+			return errors.New("injected API error")
+		}
+		return nil
+	}
+	funcs := &interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if err := flaky(); err != nil {
+				return err
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			if err := flaky(); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	}
+	stop := startOperator(t, funcs)
+	f.createSingleton("db")
+	const handovers = 8
+	prev := ""
+	for i := range handovers {
+		name := "pod-" + string(rune('a'+i))
+		f.createPod(name, held(singletonv1.HoldModeWrapper))
+		if prev != "" {
+			f.neverReleased(name, 200*time.Millisecond)
+			f.confirmStop(prev)
+		}
+		if i%3 == 1 { // kill the operator mid-handover and start a new one
+			stop()
+			stop = startOperator(t, funcs)
+		}
+		f.waitReleased(name)
+		prev = name
+	}
+	require.Eventually(t, func() bool {
+		oc.mu.Lock()
+		defer oc.mu.Unlock()
+		return len(oc.epochs) == handovers
+	}, wait, tick, "the checker saw every release")
+	oc.mu.Lock()
+	defer oc.mu.Unlock()
+	seen := map[int64]bool{}
+	for _, e := range oc.epochs {
+		assert.False(t, seen[e], "epoch %d reused", e)
+		seen[e] = true
+	}
+	assert.GreaterOrEqual(t, f.singleton("db").Status.Epoch, int64(handovers))
+	t.Logf("%d handovers with injected errors and %d restarts; API calls intercepted: %d", handovers, handovers/3, calls.Load())
+}
+
+// StatefulSet: of two held pods the one of the update revision is released.
+func TestStatefulSetUpdateRevisionWins(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: f.ns},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "db"}}},
+			},
+		},
+	}
+	require.NoError(t, k8s.Create(t.Context(), sts))
+	sts.Status.Replicas, sts.Status.CurrentRevision, sts.Status.UpdateRevision = 1, "db-old", "db-new"
+	require.NoError(t, k8s.Status().Update(t.Context(), sts))
+	owned := func(rev string) podOpt {
+		return func(p *corev1.Pod) {
+			p.Labels[appsv1.ControllerRevisionHashLabelKey] = rev
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: ptr.To(true)}}
+		}
+	}
+	f.createPod("db-b", held(singletonv1.HoldModeWrapper), owned("db-new"))
+	f.createPod("db-a", held(singletonv1.HoldModeWrapper), owned("db-old")) // newer pod, smaller name, older revision
+	f.createSingleton("db")
+	startOperator(t, nil)
+	f.waitReleased("db-b")
+	f.neverReleased("db-a", time.Second)
+}

@@ -1,0 +1,143 @@
+package grant
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// The certificate rotator keeps the grant endpoint's CA and serving certificate in a Secret of the
+// operator's namespace.
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;update
+
+// ServeConfig holds the flags of the grant endpoint.
+//
+// Certificates: with --grant-cert-path the files there (tls.crt, tls.key) are served and reloaded when
+// they change. Otherwise open-policy-agent/cert-controller keeps a self-signed CA and a serving
+// certificate for the Service (--grant-service-name) in the Secret --grant-cert-secret and rotates them;
+// the Deployment mounts that Secret at the default certificate directory. The webhook-server mounts the
+// same Secret's ca.crt and passes it to the status-sidecars (--grant-ca-file), which trust only that CA.
+type ServeConfig struct {
+	addr      string
+	certPath  string
+	secret    string
+	service   string
+	namespace string
+}
+
+// AddFlags registers the grant endpoint's flags.
+func (c *ServeConfig) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&c.addr, "grant-bind-address", ":9444", `Address of the HTTPS grant endpoint; "0" disables it (Wrapper pods then stay held).`)
+	fs.StringVar(&c.certPath, "grant-cert-path", "", "Directory with tls.crt and tls.key for the grant endpoint; empty: rotate a certificate in --grant-cert-secret.")
+	fs.StringVar(&c.secret, "grant-cert-secret", "grant-cert", "Secret in which the certificate rotator keeps the grant endpoint's CA and certificate.")
+	fs.StringVar(&c.service, "grant-service-name", "grant", "Service of the grant endpoint (the certificate's DNS name).")
+	fs.StringVar(&c.namespace, "grant-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the grant Secret and Service (default: $POD_NAMESPACE).")
+}
+
+// DefaultCertDir is where the grant endpoint reads its certificate when --grant-cert-path is empty; the
+// manifest mounts the rotator's Secret there.
+func DefaultCertDir() string {
+	return filepath.Join(os.TempDir(), "grant-server", "serving-certs")
+}
+
+// Setup serves the grant endpoint on every replica (leader or not: grants are pod annotations, which
+// every replica's cache sees).
+func (c *ServeConfig) Setup(ctx context.Context, mgr ctrl.Manager) error {
+	if c.addr == "0" {
+		return nil
+	}
+	log := mgr.GetLogger().WithName("grant")
+	dir := c.certPath
+	if dir == "" {
+		if c.namespace == "" {
+			log.Info("Grant endpoint disabled: neither --grant-cert-path nor --grant-namespace ($POD_NAMESPACE) given; Wrapper pods stay held")
+			return nil
+		}
+		dir = DefaultCertDir()
+		dns := fmt.Sprintf("%s.%s.svc", c.service, c.namespace)
+		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			SecretKey:             types.NamespacedName{Namespace: c.namespace, Name: c.secret},
+			CertDir:               dir,
+			CAName:                "statefulops-singleton-grant-ca",
+			CAOrganization:        "statefulops",
+			DNSName:               dns,
+			ExtraDNSNames:         []string{dns + ".cluster.local"},
+			IsReady:               make(chan struct{}), // the server waits for the mounted files itself
+			FieldOwner:            "singleton-operator",
+			RequireLeaderElection: false,
+		}); err != nil {
+			return fmt.Errorf("adding the grant certificate rotator: %w", err)
+		}
+	}
+	informer, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	grants, err := NewAnnotationGrants(ctx, informer)
+	if err != nil {
+		return err
+	}
+	handler := &Handler{Authenticate: TokenReviewAuthenticator(mgr.GetClient()), Grants: grants}
+	return mgr.Add(&server{addr: c.addr, dir: dir, handler: handler})
+}
+
+// server is the HTTPS grant endpoint; it starts once the certificate files exist.
+type server struct {
+	addr    string
+	dir     string
+	handler http.Handler
+}
+
+func (s *server) NeedLeaderElection() bool { return false }
+
+func (s *server) Start(ctx context.Context) error {
+	log := logf.FromContext(ctx).WithName("grant")
+	certFile, keyFile := filepath.Join(s.dir, "tls.crt"), filepath.Join(s.dir, "tls.key")
+	if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+		_, errCert := os.Stat(certFile)
+		_, errKey := os.Stat(keyFile)
+		return errCert == nil && errKey == nil, nil
+	}); err != nil {
+		return nil // stopped before a certificate appeared
+	}
+	watcher, err := certwatcher.New(certFile, keyFile)
+	if err != nil {
+		return fmt.Errorf("loading the grant certificate: %w", err)
+	}
+	go func() { _ = watcher.Start(ctx) }()
+	mux := http.NewServeMux()
+	mux.Handle(Path, s.handler)
+	srv := &http.Server{
+		Addr:              s.addr,
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: watcher.GetCertificate, NextProtos: []string{"http/1.1"}},
+		BaseContext:       func(_ net.Listener) context.Context { return ctx },
+	}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	log.Info("Serving the grant endpoint", "address", s.addr, "path", Path)
+	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving the grant endpoint: %w", err)
+	}
+	return nil
+}
