@@ -73,7 +73,7 @@ test-unit: ## Run the unit tests of every module (fast, no API server).
 	for m in $(MODULES); do (cd $$m && go test -count=1 ./...); done
 
 .PHONY: test-integration
-test-integration: kube-bin ## Run the integration tests against a real kube-apiserver and etcd (envtest).
+test-integration: kube-bin host-deps ## Run the integration tests against a real kube-apiserver and etcd (envtest).
 	for m in $(MODULES); do (cd $$m && go test -count=1 -tags integration ./...); done
 
 .PHONY: test-e2e
@@ -148,11 +148,12 @@ verify: manifests ## Fail if anything generated is stale, a module is untidy, or
 .PHONY: tools
 tools: kube-bin $(KWOK_BIN)/kwokctl $(CONTROLLER_GEN) host-deps ## Build every tool the targets need.
 
-# The local cluster's real node needs a container runtime and iptables from Debian. Installed when
-# missing on a machine that can run it (Linux, root); elsewhere the real node is off and the run says so.
-HOST_PACKAGES := containerd runc containernetworking-plugins iptables conntrack
+# Debian packages the tests use: the local cluster's real node needs a container runtime and iptables,
+# the PhasedRollout checks run against a real Prometheus server. Installed when missing on a machine
+# where apt-get works (Linux, root); elsewhere the real node is off and the run says so.
+HOST_PACKAGES := containerd runc containernetworking-plugins iptables conntrack prometheus
 .PHONY: host-deps
-host-deps: ## Install the Debian packages of the real node (containerd, runc, CNI plugins, iptables) when missing.
+host-deps: ## Install the Debian packages the tests use (containerd, runc, CNI plugins, iptables, prometheus) when missing.
 	if [ "$$(id -u)" = 0 ] && [ "$$(uname -s)" = Linux ] && command -v apt-get >/dev/null; then \
 	  missing=$$(for p in $(HOST_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	  if [ -n "$$missing" ]; then \

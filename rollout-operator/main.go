@@ -4,6 +4,7 @@ package main
 import (
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/statefulops/statefulops/rollout-operator/internal/controller"
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 	"github.com/statefulops/statefulops/shared/manager"
 )
@@ -20,5 +21,6 @@ func main() {
 		Short:            "Runs PhasedRollout: StatefulSet updates one pod at a time, gated by Prometheus checks.",
 		LeaderElectionID: "304add93.sts.plus",
 		Schemes:          []func(*runtime.Scheme) error{rolloutv1alpha1.AddToScheme},
+		Setup:            controller.Setup,
 	})
 }

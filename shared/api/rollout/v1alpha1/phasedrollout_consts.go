@@ -66,7 +66,8 @@ const (
 const (
 	// ManagedByAnnotation on the StatefulSet names the PhasedRollout that owns its partition.
 	ManagedByAnnotation = "sts.plus/phasedRollout"
-	// Finalizer is put on the managed StatefulSet while a PhasedRollout manages it.
+	// Finalizer is put on the PhasedRollout so that deleting it first hands the StatefulSet back
+	// (partition 0 when idle; left in place mid-rollout).
 	Finalizer = "sts.plus/finalizer"
 	// FieldManager is the server-side-apply field manager that owns the partition.
 	FieldManager = "phasedrollout"

@@ -1,0 +1,502 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/statefulops/statefulops/e2e/localcluster"
+	"github.com/statefulops/statefulops/e2e/operators"
+)
+
+// Helpers of rollout_test.go: rollout-operator as a local process, a real Prometheus (Debian's
+// /usr/bin/prometheus) on loopback scraping an exporter the test controls, a recording proxy between
+// the operator and Prometheus, and the invariant checker.
+
+var phasedRolloutGVR = schema.GroupVersionResource{Group: "sts.plus", Version: "v1alpha1", Resource: "phasedrollouts"}
+
+const rolloutOperatorName = "rollout-operator"
+
+var installRolloutOnce = sync.OnceValue(func() error {
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", "rollout-operator.yaml")}, false)
+})
+
+// scaleInClusterRolloutOperator scales the Deployment of deploy/rollout-operator.yaml and waits.
+func scaleInClusterRolloutOperator(t *testing.T, replicas int) {
+	t.Helper()
+	ctx := context.WithoutCancel(t.Context())
+	deploy := "deployment/rollout-operator-controller-manager"
+	_, err := kubectl().Run(ctx, "scale", "-n", "rollout-operator-system", deploy, fmt.Sprintf("--replicas=%d", replicas))
+	require.NoError(t, err)
+	_, err = kubectl().Run(ctx, "rollout", "status", "-n", "rollout-operator-system", deploy, "--timeout=120s")
+	require.NoError(t, err)
+	if replicas == 0 {
+		require.Eventually(t, func() bool {
+			pods, err := client.CoreV1().Pods("rollout-operator-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=rollout-operator"})
+			return err == nil && len(pods.Items) == 0
+		}, 2*time.Minute, 100*time.Millisecond, "the in-cluster rollout-operator pod is gone")
+	}
+}
+
+// rolloutOperator is the running rollout-operator process.
+type rolloutOperator struct {
+	t        *testing.T
+	stateDir string
+}
+
+// startRolloutOperator installs deploy/rollout-operator.yaml (once), parks its in-cluster Deployment
+// and starts the operator as a local process under its ServiceAccount; stopped when the test ends.
+func startRolloutOperator(t *testing.T) *rolloutOperator {
+	t.Helper()
+	require.NoError(t, installRolloutOnce(), "kubectl apply -f deploy/rollout-operator.yaml")
+	scaleInClusterRolloutOperator(t, 0)
+	t.Cleanup(func() { scaleInClusterRolloutOperator(t, 1) })
+	op := &rolloutOperator{t: t, stateDir: filepath.Join(filepath.Dir(kubeconfig), "rollout-e2e")}
+	t.Cleanup(func() {
+		assert.NoError(t, operators.Stop(context.Background(), op.stateDir, 15*time.Second, rolloutOperatorName))
+	})
+	op.start()
+	return op
+}
+
+func (o *rolloutOperator) start() {
+	o.t.Helper()
+	b := operators.Binary{
+		Name:           rolloutOperatorName,
+		ServiceAccount: "rollout-operator-system/rollout-operator-controller-manager",
+		ProbePort:      freePort(o.t), MetricsPort: freePort(o.t),
+	}
+	start := time.Now()
+	_, err := operators.Start(o.t.Context(), operators.Options{StateDir: o.stateDir, Kubeconfig: kubeconfig}, []operators.Binary{b})
+	require.NoError(o.t, err)
+	o.t.Logf("rollout-operator started and ready in %s (log %s)", time.Since(start).Round(time.Millisecond), operators.LogPath(o.stateDir, rolloutOperatorName))
+}
+
+// kill SIGKILLs the process: no cleanup, no release of its leader-election Lease.
+func (o *rolloutOperator) kill() {
+	o.t.Helper()
+	raw, err := os.ReadFile(filepath.Join(operators.Dir(o.stateDir), rolloutOperatorName+".pid"))
+	require.NoError(o.t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	require.NoError(o.t, err)
+	require.NoError(o.t, syscall.Kill(pid, syscall.SIGKILL))
+	require.NoError(o.t, operators.Stop(o.t.Context(), o.stateDir, time.Second, rolloutOperatorName))
+}
+
+// metricsExporter serves app_errors{namespace,pod} gauges the test sets.
+type metricsExporter struct {
+	mu     sync.Mutex
+	series map[string]string
+	srv    *httptest.Server
+}
+
+func newMetricsExporter(t *testing.T) *metricsExporter {
+	e := &metricsExporter{series: map[string]string{}}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		for k, v := range e.series {
+			fmt.Fprintf(w, "%s %s\n", k, v)
+		}
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+// setErrors sets the error gauge of one pod (0 = healthy).
+func (e *metricsExporter) setErrors(ns, pod string, v int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.series[fmt.Sprintf(`app_errors{namespace=%q,pod=%q}`, ns, pod)] = strconv.Itoa(v)
+}
+
+// prometheus is a real Prometheus process on loopback with its storage in a temp dir.
+type prometheus struct {
+	t    *testing.T
+	dir  string
+	port int
+	url  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startPrometheusFor(t *testing.T, target string) *prometheus {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/prometheus"); err != nil {
+		t.Fatalf("/usr/bin/prometheus missing (apt-get install -y prometheus): %v", err)
+	}
+	p := &prometheus{t: t, dir: t.TempDir(), port: freePort(t)}
+	p.url = fmt.Sprintf("http://127.0.0.1:%d", p.port)
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 200ms\n  scrape_timeout: 150ms\nscrape_configs:\n  - job_name: app\n    static_configs:\n      - targets: [%q]\n", target)
+	require.NoError(t, os.WriteFile(filepath.Join(p.dir, "prometheus.yml"), []byte(cfg), 0o600))
+	p.start()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *prometheus) start() {
+	p.t.Helper()
+	log, err := os.OpenFile(filepath.Join(p.dir, "prometheus.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	require.NoError(p.t, err)
+	p.cmd = exec.Command("/usr/bin/prometheus",
+		"--config.file="+filepath.Join(p.dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(p.dir, "data"),
+		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", p.port),
+		"--query.lookback-delta=2s", "--log.level=warn")
+	p.cmd.Stdout, p.cmd.Stderr = log, log
+	require.NoError(p.t, p.cmd.Start())
+	done := make(chan struct{})
+	p.done = done
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); _ = log.Close(); close(done) }(p.cmd)
+	require.Eventually(p.t, func() bool {
+		resp, err := http.Get(p.url + "/-/ready")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, time.Minute, 50*time.Millisecond, "Prometheus ready")
+}
+
+func (p *prometheus) stop() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// queryRecord is one query the operator sent, as the recording proxy saw it.
+type queryRecord struct {
+	at      time.Time // when the answer went back to the operator
+	query   string
+	samples int  // samples in the result
+	ok      bool // a 200 answer with a parsable result
+}
+
+// recordingProxy forwards the operator's queries to Prometheus and records them and their results.
+type recordingProxy struct {
+	mu      sync.Mutex
+	records []queryRecord
+	url     string
+}
+
+func newRecordingProxy(t *testing.T, upstream string) *recordingProxy {
+	t.Helper()
+	up, err := url.Parse(upstream)
+	require.NoError(t, err)
+	rp := &recordingProxy{}
+	proxy := httputil.NewSingleHostReverseProxy(up)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if !strings.HasSuffix(resp.Request.URL.Path, "/api/v1/query") {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		resp.Body = io.NopCloser(strings.NewReader(string(body)))
+		var parsed struct {
+			Status string `json:"status"`
+			Data   struct {
+				Result json.RawMessage `json:"result"`
+			} `json:"data"`
+		}
+		rec := queryRecord{at: time.Now(), query: queryOf(resp.Request)}
+		if resp.StatusCode == http.StatusOK && json.Unmarshal(body, &parsed) == nil && parsed.Status == "success" {
+			var result []json.RawMessage
+			if json.Unmarshal(parsed.Data.Result, &result) == nil {
+				rec.ok, rec.samples = true, len(result)
+			}
+		}
+		rp.mu.Lock()
+		rp.records = append(rp.records, rec)
+		rp.mu.Unlock()
+		return nil
+	}
+	proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+		rp.mu.Lock()
+		rp.records = append(rp.records, queryRecord{at: time.Now(), query: queryOf(r)})
+		rp.mu.Unlock()
+		http.Error(w, err.Error(), http.StatusBadGateway)
+	}
+	// client_golang POSTs the query as a form: read it here (the proxied request keeps its body).
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Del("Accept-Encoding") // an uncompressed answer, so the hook can parse it
+		if err := r.ParseForm(); err == nil {
+			r.Header.Set(queryHeader, r.Form.Get("query"))
+			body := r.PostForm.Encode()
+			r.Body, r.ContentLength = io.NopCloser(strings.NewReader(body)), int64(len(body))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	rp.url = srv.URL
+	return rp
+}
+
+// queryHeader carries the query from the proxy's handler to its response hook.
+const queryHeader = "X-E2e-Query"
+
+// queryOf returns the PromQL of a proxied query request.
+func queryOf(r *http.Request) string { return r.Header.Get(queryHeader) }
+
+func (rp *recordingProxy) snapshot() []queryRecord {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	return slices.Clone(rp.records)
+}
+
+// partitionChange is one partition value of the StatefulSet, as the watch saw it.
+type partitionChange struct {
+	at    time.Time
+	value int32
+}
+
+// partitionWatch records every partition value of one StatefulSet.
+type partitionWatch struct {
+	mu      sync.Mutex
+	changes []partitionChange
+}
+
+func watchPartition(t *testing.T, ns, name string) *partitionWatch {
+	t.Helper()
+	w, err := client.AppsV1().StatefulSets(ns).Watch(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	pw := &partitionWatch{}
+	go func() {
+		last := int32(-1)
+		for ev := range w.ResultChan() {
+			sts, ok := ev.Object.(*appsv1.StatefulSet)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			if _, managed := sts.Annotations["sts.plus/phasedRollout"]; !managed {
+				continue
+			}
+			p := int32(0)
+			if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+				p = *ru.Partition
+			}
+			if p != last {
+				pw.mu.Lock()
+				pw.changes = append(pw.changes, partitionChange{at: time.Now(), value: p})
+				pw.mu.Unlock()
+				last = p
+			}
+		}
+	}()
+	return pw
+}
+
+func (pw *partitionWatch) values() []int32 {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	var v []int32
+	for _, c := range pw.changes {
+		v = append(v, c.value)
+	}
+	return v
+}
+
+// invariant is the result of checking one StatefulSet's partition history against the queries.
+type invariant struct {
+	advances, unchecked int
+	// queries and passes count the queries of this scenario and those that passed.
+	queries, passes int
+	overheads       []time.Duration
+}
+
+// checkAdvances counts the partition decreases not preceded, since the previous partition change, by
+// successThreshold consecutive passing queries (NoData semantic: a 200 answer with no sample) that
+// mention marker (the namespace, so each test's queries are told apart).
+func checkAdvances(pw *partitionWatch, rp *recordingProxy, marker string, threshold int) invariant {
+	pw.mu.Lock()
+	changes := slices.Clone(pw.changes)
+	pw.mu.Unlock()
+	records := rp.snapshot()
+	var inv invariant
+	for _, r := range records {
+		if strings.Contains(r.query, marker) {
+			inv.queries++
+			if r.ok && r.samples == 0 {
+				inv.passes++
+			}
+		}
+	}
+	for i := 1; i < len(changes); i++ {
+		if changes[i].value >= changes[i-1].value {
+			continue
+		}
+		inv.advances++
+		consecutive := 0
+		var lastPass time.Time
+		for _, r := range records {
+			if !strings.Contains(r.query, marker) || !r.at.After(changes[i-1].at) || !r.at.Before(changes[i].at) {
+				continue
+			}
+			if r.ok && r.samples == 0 {
+				consecutive++
+				lastPass = r.at
+			} else {
+				consecutive = 0
+			}
+		}
+		if consecutive < threshold {
+			inv.unchecked++
+		} else {
+			inv.overheads = append(inv.overheads, changes[i].at.Sub(lastPass))
+		}
+	}
+	return inv
+}
+
+// rolloutStatefulSet creates a StatefulSet of pause pods and waits until they are Ready.
+func rolloutStatefulSet(t *testing.T, ns, name string, replicas, start int32) {
+	t.Helper()
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            &replicas,
+			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template:            podTemplate(name),
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+		},
+	}
+	if start != 0 {
+		sts.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: start}
+	}
+	_, err := client.AppsV1().StatefulSets(ns).Create(t.Context(), sts, metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitStatefulSetReady(t, ns, name, replicas)
+}
+
+// bumpTemplate changes the pod template, so the StatefulSet gets a new update revision.
+func bumpTemplate(t *testing.T, ns, name, value string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"e2e/rev":%q}}}}}`, value)
+	_, err := client.AppsV1().StatefulSets(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	require.NoError(t, err)
+}
+
+func rollouts(ns string) dynamic.ResourceInterface {
+	return dynamic.NewForConfigOrDie(restConfig).Resource(phasedRolloutGVR).Namespace(ns)
+}
+
+// createPhasedRollout creates a PhasedRollout of sts with a fast check against url.
+func createPhasedRollout(t *testing.T, ns, name, sts, promURL string, threshold, maxTries int64, extra map[string]any) {
+	t.Helper()
+	check := map[string]any{
+		"initialDelaySeconds": int64(1),
+		"periodSeconds":       int64(1),
+		"successThreshold":    threshold,
+		"query": map[string]any{
+			"expr": `app_errors{namespace="{{namespace}}",pod="{{pod}}"} > 0`,
+			"url":  strings.TrimPrefix(promURL, "http://"),
+		},
+	}
+	if maxTries > 0 {
+		check["maxTries"] = maxTries
+	}
+	spec := map[string]any{"targetRef": sts, "check": check}
+	for k, v := range extra {
+		spec[k] = v
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "sts.plus/v1alpha1", "kind": "PhasedRollout",
+		"metadata": map[string]any{"name": name}, "spec": spec,
+	}}
+	_, err := rollouts(ns).Create(t.Context(), obj, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// rolloutPhase returns status.phase and status.rollingPodStatus.status.
+func rolloutPhase(t *testing.T, ns, name string) (phase, step string) {
+	t.Helper()
+	obj, err := rollouts(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		return "", ""
+	}
+	phase, _, _ = unstructured.NestedString(obj.Object, "status", "phase")
+	step, _, _ = unstructured.NestedString(obj.Object, "status", "rollingPodStatus", "status")
+	return phase, step
+}
+
+func waitRolloutPhase(t *testing.T, ns, name, want string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		phase, _ := rolloutPhase(t, ns, name)
+		return phase == want
+	}, timeout, tick, "PhasedRollout %s phase %s", name, want)
+}
+
+func stsPartition(t *testing.T, ns, name string) int32 {
+	t.Helper()
+	sts, err := client.AppsV1().StatefulSets(ns).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		return *ru.Partition
+	}
+	return 0
+}
+
+func waitPartitionValue(t *testing.T, ns, name string, want int32) {
+	t.Helper()
+	require.Eventually(t, func() bool { return stsPartition(t, ns, name) == want }, timeout, tick, "partition %d", want)
+}
+
+// rolloutPercentile returns the p-th percentile (0..100) of ds.
+func rolloutPercentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(i-1, 0)]
+}

@@ -1,0 +1,207 @@
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+
+	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+)
+
+// Query is one check to run: where Prometheus is, how to authenticate, what to evaluate and how to
+// judge the result.
+type Query struct {
+	// URL is check.query.url as the user wrote it (a missing scheme means http).
+	URL string
+	// Expr is the PromQL expression, placeholders already substituted.
+	Expr string
+	// Token is a bearer token; empty means none.
+	Token string
+	// Username and Password are basic-authentication credentials, used when Username is set.
+	Username, Password string
+	// InsecureSkipVerify skips verification of Prometheus's TLS certificate.
+	InsecureSkipVerify bool
+	// SuccessWhen says which result passes.
+	SuccessWhen rolloutv1alpha1.SuccessWhen
+	// Timeout bounds the whole query; zero means 10 seconds.
+	Timeout time.Duration
+}
+
+// Verdict is the outcome of one check.
+type Verdict int
+
+const (
+	// VerdictError means the query could not be evaluated; it never counts as a pass.
+	VerdictError Verdict = iota
+	// VerdictFail means the query was evaluated and its result fails the check.
+	VerdictFail
+	// VerdictPass means the query was evaluated and its result passes the check.
+	VerdictPass
+)
+
+// String names the verdict as the metrics label it.
+func (v Verdict) String() string {
+	switch v {
+	case VerdictPass:
+		return "pass"
+	case VerdictFail:
+		return "fail"
+	default:
+		return "error"
+	}
+}
+
+// CheckResult is a Verdict with a sentence a person can act on.
+type CheckResult struct {
+	Verdict Verdict
+	// Message describes the result ("2 samples returned: check failed (successWhen NoData)") or the
+	// error ("Prometheus at http://prom:9090 unreachable: ...").
+	Message string
+}
+
+// Checker runs checks. PromChecker is the real one; tests may substitute another.
+type Checker interface {
+	Check(ctx context.Context, q Query) CheckResult
+}
+
+// PromChecker runs checks against Prometheus's HTTP API through client_golang's API client.
+type PromChecker struct{}
+
+// errConfig marks a configuration error (bad URL or scheme): retrying does not help until the
+// PhasedRollout or its Secret is fixed.
+var errConfig = errors.New("invalid Prometheus configuration")
+
+// NormalizeURL returns the Prometheus base URL with a scheme: none means http; only http and https
+// are accepted.
+func NormalizeURL(raw string) (string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return "", fmt.Errorf("%w: check.query.url is empty", errConfig)
+	}
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("%w: check.query.url %q: %v", errConfig, raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("%w: check.query.url scheme %q is not supported, use http or https", errConfig, u.Scheme)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("%w: check.query.url %q has no host", errConfig, raw)
+	}
+	return u.String(), nil
+}
+
+// Check evaluates q as an instant query at the current time. Any error, timeout, non-2xx answer or
+// unparsable response is VerdictError.
+func (PromChecker) Check(ctx context.Context, q Query) CheckResult {
+	address, err := NormalizeURL(q.URL)
+	if err != nil {
+		return CheckResult{Verdict: VerdictError, Message: err.Error()}
+	}
+	timeout := q.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: q.InsecureSkipVerify} //nolint:gosec // the user's explicit choice (check.query.insecureSkipVerify)
+	var rt http.RoundTripper = transport
+	switch {
+	case q.Token != "":
+		rt = authRoundTripper{next: rt, set: func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+q.Token) }}
+	case q.Username != "":
+		rt = authRoundTripper{next: rt, set: func(r *http.Request) { r.SetBasicAuth(q.Username, q.Password) }}
+	}
+	c, err := api.NewClient(api.Config{Address: address, Client: &http.Client{Transport: rt, Timeout: timeout}})
+	if err != nil {
+		return CheckResult{Verdict: VerdictError, Message: fmt.Sprintf("%v: %v", errConfig, err)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	value, warnings, err := promv1.NewAPI(c).Query(ctx, q.Expr, time.Now(), promv1.WithTimeout(timeout))
+	if err != nil {
+		return CheckResult{Verdict: VerdictError, Message: describeQueryError(address, err)}
+	}
+	n, err := samples(value)
+	if err != nil {
+		return CheckResult{Verdict: VerdictError, Message: err.Error()}
+	}
+	pass := n == 0
+	if q.SuccessWhen == rolloutv1alpha1.SuccessWhenDataReturned {
+		pass = n > 0
+	}
+	when := q.SuccessWhen
+	if when == "" {
+		when = rolloutv1alpha1.SuccessWhenNoData
+	}
+	verdict, word := VerdictFail, "failed"
+	if pass {
+		verdict, word = VerdictPass, "passed"
+	}
+	msg := fmt.Sprintf("%d samples returned: check %s (successWhen %s)", n, word, when)
+	if len(warnings) > 0 {
+		msg += "; Prometheus warnings: " + strings.Join(warnings, "; ")
+	}
+	return CheckResult{Verdict: verdict, Message: msg}
+}
+
+// samples counts the samples (or series) of a query result.
+func samples(v model.Value) (int, error) {
+	switch r := v.(type) {
+	case model.Vector:
+		return len(r), nil
+	case model.Matrix:
+		return len(r), nil
+	case *model.Scalar, *model.String:
+		return 1, nil
+	case nil:
+		return 0, errors.New("prometheus returned no result value")
+	default:
+		return 0, fmt.Errorf("prometheus returned an unexpected result type %s", v.Type())
+	}
+}
+
+// describeQueryError turns a client error into a sentence that says what to look at.
+func describeQueryError(address string, err error) string {
+	var perr *promv1.Error
+	if errors.As(err, &perr) {
+		switch perr.Type {
+		case promv1.ErrBadData:
+			return fmt.Sprintf("Prometheus at %s rejected the query (check check.query.expr): %s", address, perr.Msg)
+		case promv1.ErrTimeout, promv1.ErrCanceled:
+			return fmt.Sprintf("query to Prometheus at %s timed out: %s", address, perr.Msg)
+		case promv1.ErrClient:
+			return fmt.Sprintf("Prometheus at %s refused the request (wrong URL path or credentials? check check.query.url and check.query.secretRef): %v", address, err)
+		case promv1.ErrServer:
+			return fmt.Sprintf("Prometheus at %s answered with a server error: %v", address, err)
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("query to Prometheus at %s timed out: %v", address, err)
+	}
+	return fmt.Sprintf("Prometheus at %s unreachable or answered unexpectedly (check check.query.url): %v", address, err)
+}
+
+// authRoundTripper sets credentials on a copy of each request.
+type authRoundTripper struct {
+	next http.RoundTripper
+	set  func(*http.Request)
+}
+
+// RoundTrip implements http.RoundTripper.
+func (a authRoundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	a.set(r)
+	return a.next.RoundTrip(r)
+}
