@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // These tests prove the simulation rules of the local cluster's kwok Stages (localcluster/stages/).
@@ -57,10 +58,10 @@ func TestKwokReadinessGate(t *testing.T) {
 		require.NoError(c, err)
 		assert.Equal(c, corev1.ConditionTrue, podCondition(p, corev1.ContainersReady))
 	}, timeout, tick, "containers ready")
-	require.Never(t, func() bool {
+	testsupport.NeverWithin(t, 3*time.Second, tick, func() bool {
 		p, err := fetchPod(t, ns, "gated")
 		return err == nil && (podCondition(p, corev1.PodReady) == corev1.ConditionTrue || podCondition(p, gate) != "")
-	}, 3*time.Second, tick, "Ready or the gate condition set without the gate's controller")
+	}, "Ready or the gate condition set without the gate's controller")
 
 	setGate := func(status corev1.ConditionStatus) {
 		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
@@ -159,7 +160,7 @@ func TestKwokNodeNotReady(t *testing.T) {
 	assert.Equal(t, before.UID, after.UID)
 	assert.Equal(t, node, after.Spec.NodeName)
 	assert.Equal(t, corev1.PodRunning, after.Status.Phase)
-	require.Never(t, func() bool { return podGone(t, ns, "doomed") }, 3*time.Second, tick, "pod removed from a NotReady node")
+	testsupport.NeverWithin(t, 3*time.Second, tick, func() bool { return podGone(t, ns, "doomed") }, "pod removed from a NotReady node")
 	assert.NotNil(t, getPod(t, ns, "doomed").DeletionTimestamp)
 
 	require.NoError(t, localcluster.SetNodeReady(t.Context(), client, node, true))
@@ -220,9 +221,9 @@ func TestKwokPodCompletes(t *testing.T) {
 		pod := testPod("server")
 		pod.Annotations = map[string]string{localcluster.ExitCodeAnnotation: "0"}
 		createPod(t, ns, pod)
-		require.Never(t, func() bool {
+		testsupport.NeverWithin(t, 3*time.Second, tick, func() bool {
 			p, err := fetchPod(t, ns, "server")
 			return err == nil && p.Status.Phase != corev1.PodRunning
-		}, 3*time.Second, tick)
+		})
 	})
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // TestLease runs lease-operator (StatefulSetLock) as a local process under its manifest's RBAC and
@@ -114,7 +115,7 @@ func TestLease(t *testing.T) {
 			setGate(t, ns, "db-0", true)
 			time.Sleep(300 * time.Millisecond)
 		}
-		require.Never(t, func() bool { _, n := leaseState(t, ns, "db-lock-lease"); return n != before }, 4*time.Second, 100*time.Millisecond)
+		testsupport.NeverWithin(t, 4*time.Second, 100*time.Millisecond, func() bool { _, n := leaseState(t, ns, "db-lock-lease"); return n != before })
 		w, _, _, _, _ := c.snapshot()
 		assert.Equal(t, "db-0", w)
 		// Without the delay, every flap that the operator sees moves the writer; never two writers.
@@ -219,10 +220,10 @@ func TestLease(t *testing.T) {
 		op.stop()
 		time.Sleep(6 * time.Second) // 3x the lease duration: the Lease has expired
 		op.start()
-		require.Never(t, func() bool {
+		testsupport.NeverWithin(t, 5*time.Second, 100*time.Millisecond, func() bool {
 			h, n := leaseState(t, ns, "db-lock-lease")
 			return h != "db-1" || n != n0
-		}, 5*time.Second, 100*time.Millisecond, "no needless flip after the operator's downtime")
+		}, "no needless flip after the operator's downtime")
 		assert.Equal(t, "db-1", rolesSettled(t, ns))
 	})
 

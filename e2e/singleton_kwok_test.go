@@ -25,6 +25,7 @@ import (
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // TestSingletonFailures runs the singleton operator installed from deploy/singleton-operator.yaml (on
@@ -58,7 +59,7 @@ func TestSingletonFailures(t *testing.T) {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			assert.Equal(c, metav1.ConditionTrue, singletonCondition(t, ns, singletonv1.ConditionFencingRequired))
 		}, timeout, tick, "FencingRequired")
-		require.Never(t, func() bool { return podReleased(t, ns, b) }, 3*time.Second, tick, "held until the node is fenced")
+		testsupport.NeverWithin(t, 3*time.Second, tick, func() bool { return podReleased(t, ns, b) }, "held until the node is fenced")
 		setOutOfService(t, node, true)
 		waitPodReleased(t, ns, b)
 	})
@@ -93,7 +94,7 @@ func TestSingletonFailures(t *testing.T) {
 		next := createSingletonPod(t, ns, localcluster.NodeName(1))
 		_, err := kubectl().Run(t.Context(), "delete", "-n", ns, "statefulsingletons.apps.openshift.statefulsingleton.com", "app", "--wait=false")
 		require.NoError(t, err)
-		require.Never(t, func() bool { return podReleased(t, ns, next) }, 2*time.Second, tick)
+		testsupport.NeverWithin(t, 2*time.Second, tick, func() bool { return podReleased(t, ns, next) })
 		ss := singletonStatus(t, ns)
 		assert.NotNil(t, ss.DeletionTimestamp, "kept by the finalizer while a pod is held")
 		require.NoError(t, client.CoreV1().Pods(ns).Delete(t.Context(), old, metav1.DeleteOptions{}))

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 func condition(lock *leasev1.StatefulSetLock, condType string) metav1.Condition {
@@ -77,7 +78,7 @@ func TestElectionFailoverSwitchoverAndStickinessAfterDowntime(t *testing.T) {
 	}, wait, tick)
 	// Back to Ready: db-0 stays a reader, the writer is sticky.
 	f.setReady("db-0", true)
-	require.Never(t, func() bool { roles, _ := f.roles(); return roles["db-1"] != leasev1.RoleWriter }, 2*time.Second, 100*time.Millisecond)
+	testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool { roles, _ := f.roles(); return roles["db-1"] != leasev1.RoleWriter })
 
 	// Planned switchover to db-2; the annotation is removed once done.
 	lock := f.lock("lock")
@@ -103,7 +104,7 @@ func TestElectionFailoverSwitchoverAndStickinessAfterDowntime(t *testing.T) {
 		assert.Equal(c, "db-2", ptr.Deref(lease.Spec.HolderIdentity, ""))
 		assert.EqualValues(c, 3, ptr.Deref(lease.Spec.LeaseTransitions, 0))
 	}, wait, tick)
-	require.Never(t, func() bool { roles, _ := f.roles(); return roles["db-2"] != leasev1.RoleWriter }, 2*time.Second, 100*time.Millisecond)
+	testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool { roles, _ := f.roles(); return roles["db-2"] != leasev1.RoleWriter })
 	f.waitWriter("db-2", "3")
 }
 
@@ -140,10 +141,10 @@ func TestDemoteBeforePromoteUnderInjectedFailures(t *testing.T) {
 		assert.Equal(c, metav1.ConditionTrue, condition(lock, leasev1.ConditionError).Status)
 		assert.Equal(c, leasev1.ReasonReconcileError, condition(lock, leasev1.ConditionError).Reason)
 	}, wait, tick)
-	require.Never(t, func() bool {
+	testsupport.NeverWithin(t, 2*time.Second, 50*time.Millisecond, func() bool {
 		roles, _ := f.roles()
 		return roles["db-1"] == leasev1.RoleWriter || roles["db-2"] == leasev1.RoleWriter
-	}, 2*time.Second, 50*time.Millisecond, "promoted although the demotion failed")
+	}, "promoted although the demotion failed")
 	assert.Equal(t, "db-0", ptr.Deref(f.lease("lock-lease").Spec.HolderIdentity, ""))
 
 	failLease.Store(true)
@@ -152,10 +153,10 @@ func TestDemoteBeforePromoteUnderInjectedFailures(t *testing.T) {
 		roles, _ := f.roles()
 		assert.Equal(c, leasev1.RoleReader, roles["db-0"])
 	}, wait, tick)
-	require.Never(t, func() bool {
+	testsupport.NeverWithin(t, 2*time.Second, 50*time.Millisecond, func() bool {
 		roles, _ := f.roles()
 		return roles["db-1"] == leasev1.RoleWriter || roles["db-2"] == leasev1.RoleWriter
-	}, 2*time.Second, 50*time.Millisecond, "promoted although the Lease did not move")
+	}, "promoted although the Lease did not move")
 
 	failLease.Store(false)
 	f.waitWriter("db-1", "2")
@@ -231,8 +232,7 @@ func TestFailoverDelay(t *testing.T) {
 	}, wait, tick)
 	time.Sleep(time.Second)
 	f.setReady("db-0", true)
-	require.Never(t, func() bool { return ptr.Deref(f.lease("lock-lease").Spec.LeaseTransitions, 0) != 1 }, 3*time.Second, 100*time.Millisecond,
-		"a blip shorter than the delay moved the writer")
+	testsupport.NeverWithin(t, 3*time.Second, 100*time.Millisecond, func() bool { return ptr.Deref(f.lease("lock-lease").Spec.LeaseTransitions, 0) != 1 }, "a blip shorter than the delay moved the writer")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, metav1.ConditionTrue, condition(f.lock("lock"), leasev1.ConditionReady).Status)
 	}, wait, tick)
@@ -269,11 +269,11 @@ func TestForeignLeaseIsLeftAlone(t *testing.T) {
 		}
 		assert.True(c, found, "LeaseConflict event")
 	}, wait, tick)
-	require.Never(t, func() bool {
+	testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool {
 		lease := f.lease("app-election")
 		roles, _ := f.roles()
 		return lease.ResourceVersion != foreign.ResourceVersion || roles["db-0"] != "-" || roles["db-1"] != "-"
-	}, 2*time.Second, 100*time.Millisecond, "the foreign Lease or the pods were touched")
+	}, "the foreign Lease or the pods were touched")
 
 	// Deleting the lock leaves the foreign Lease too.
 	require.NoError(t, k8s.Delete(t.Context(), f.lock("lock")))

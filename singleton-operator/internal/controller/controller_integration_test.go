@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // A held pod is released only once every other pod is gone from the API or terminal: a pod being
@@ -199,10 +200,10 @@ func TestDeletionMidTransitionAndNamespaceLabel(t *testing.T) {
 	f.createPod("new", held(singletonv1.HoldModeWrapper))
 	require.NoError(t, k8s.Delete(t.Context(), f.singleton("db")))
 	require.Eventually(t, func() bool { return f.singleton("db").Status.Message != "" && !f.released("new") }, wait, tick)
-	require.Never(t, func() bool {
+	testsupport.NeverWithin(t, time.Second, tick, func() bool {
 		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "db"}, &singletonv1.StatefulSingleton{})
 		return err != nil
-	}, time.Second, tick, "kept while a pod is held")
+	}, "kept while a pod is held")
 	assert.Contains(t, f.singleton("db").Status.Message, "deletion waits")
 
 	f.confirmStop("old")

@@ -34,6 +34,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // The integration tests run the controller in a manager against envtest's kube-apiserver and etcd.
@@ -272,7 +273,7 @@ func (f *fixture) waitReleased(name string) {
 
 func (f *fixture) neverReleased(name string, d time.Duration) {
 	f.t.Helper()
-	require.Never(f.t, func() bool { return f.released(name) }, d, tick, "pod %s must stay held", name)
+	testsupport.NeverWithin(f.t, d, tick, func() bool { return f.released(name) }, "pod %s must stay held", name)
 }
 
 func (f *fixture) waitCondition(ss, typ string, status metav1.ConditionStatus) *singletonv1.StatefulSingleton {
