@@ -68,7 +68,7 @@ func TestElectionFailoverSwitchoverAndStickinessAfterDowntime(t *testing.T) {
 	}, wait, tick)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var events eventsv1.EventList
-		require.NoError(c, k8s.List(t.Context(), &events, client.InNamespace(f.ns)))
+		require.NoError(c, suite.Client.List(t.Context(), &events, client.InNamespace(f.ns)))
 		reasons := map[string]bool{}
 		for _, e := range events.Items {
 			reasons[e.Reason] = true
@@ -83,7 +83,7 @@ func TestElectionFailoverSwitchoverAndStickinessAfterDowntime(t *testing.T) {
 	// Planned switchover to db-2; the annotation is removed once done.
 	lock := f.lock("lock")
 	lock.Annotations = map[string]string{leasev1.SwitchoverAnnotation: "db-2"}
-	require.NoError(t, k8s.Update(t.Context(), lock))
+	require.NoError(t, suite.Client.Update(t.Context(), lock))
 	f.waitWriter("db-2", "3")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		lock := f.lock("lock")
@@ -99,7 +99,7 @@ func TestElectionFailoverSwitchoverAndStickinessAfterDowntime(t *testing.T) {
 	// Renewed by the new operator, still db-2, same transitions.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var lease coordinationv1.Lease
-		require.NoError(c, k8s.Get(t.Context(), key(before), &lease))
+		require.NoError(c, suite.Client.Get(t.Context(), key(before), &lease))
 		assert.NotEqual(c, before.ResourceVersion, lease.ResourceVersion, "renewed")
 		assert.Equal(c, "db-2", ptr.Deref(lease.Spec.HolderIdentity, ""))
 		assert.EqualValues(c, 3, ptr.Deref(lease.Spec.LeaseTransitions, 0))
@@ -252,7 +252,7 @@ func TestForeignLeaseIsLeftAlone(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "app-election", Namespace: f.ns},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("app-instance-7"), LeaseDurationSeconds: ptr.To[int32](15)},
 	}
-	require.NoError(t, k8s.Create(t.Context(), foreign))
+	require.NoError(t, suite.Client.Create(t.Context(), foreign))
 	startOperator(t, nil)
 	f.createLock("lock", 10, func(l *leasev1.StatefulSetLock) { l.Spec.LeaseName = "app-election" })
 
@@ -262,7 +262,7 @@ func TestForeignLeaseIsLeftAlone(t *testing.T) {
 		assert.Equal(c, metav1.ConditionFalse, condition(lock, leasev1.ConditionAvailable).Status)
 		assert.Equal(c, metav1.ConditionTrue, condition(lock, leasev1.ConditionError).Status)
 		var events eventsv1.EventList
-		require.NoError(c, k8s.List(t.Context(), &events, client.InNamespace(f.ns)))
+		require.NoError(c, suite.Client.List(t.Context(), &events, client.InNamespace(f.ns)))
 		found := false
 		for _, e := range events.Items {
 			found = found || (e.Reason == leasev1.ReasonLeaseConflict && e.Type == corev1.EventTypeWarning)
@@ -276,9 +276,9 @@ func TestForeignLeaseIsLeftAlone(t *testing.T) {
 	}, "the foreign Lease or the pods were touched")
 
 	// Deleting the lock leaves the foreign Lease too.
-	require.NoError(t, k8s.Delete(t.Context(), f.lock("lock")))
+	require.NoError(t, suite.Client.Delete(t.Context(), f.lock("lock")))
 	require.Eventually(t, func() bool {
-		return apierrors.IsNotFound(k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock"}, &leasev1.StatefulSetLock{}))
+		return apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock"}, &leasev1.StatefulSetLock{}))
 	}, wait, tick)
 	assert.Equal(t, foreign.ResourceVersion, f.lease("app-election").ResourceVersion)
 }
@@ -293,9 +293,9 @@ func TestScaleToZero(t *testing.T) {
 	f.waitWriter("db-0", "1")
 
 	f.sts.Spec.Replicas = ptr.To[int32](0)
-	require.NoError(t, k8s.Update(t.Context(), f.sts))
+	require.NoError(t, suite.Client.Update(t.Context(), f.sts))
 	for _, name := range []string{"db-1", "db-0"} {
-		require.NoError(t, k8s.Delete(t.Context(), f.pod(name), client.GracePeriodSeconds(0)))
+		require.NoError(t, suite.Client.Delete(t.Context(), f.pod(name), client.GracePeriodSeconds(0)))
 	}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		lock := f.lock("lock")
@@ -304,7 +304,7 @@ func TestScaleToZero(t *testing.T) {
 		assert.Equal(c, leasev1.ReasonNoReadyPods, condition(lock, leasev1.ConditionAvailable).Reason)
 		assert.Equal(c, metav1.ConditionFalse, condition(lock, leasev1.ConditionError).Status)
 		var lease coordinationv1.Lease
-		require.NoError(c, k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock-lease"}, &lease))
+		require.NoError(c, suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock-lease"}, &lease))
 		assert.Empty(c, ptr.Deref(lease.Spec.HolderIdentity, ""))
 		assert.EqualValues(c, 2, ptr.Deref(lease.Spec.LeaseTransitions, 0))
 	}, wait, tick)
@@ -329,7 +329,7 @@ func TestStatefulSetMissing(t *testing.T) {
 
 	f.sts = f.sts.DeepCopy()
 	f.sts.ObjectMeta = metav1.ObjectMeta{Name: "later", Namespace: f.ns}
-	require.NoError(t, k8s.Create(t.Context(), f.sts))
+	require.NoError(t, suite.Client.Create(t.Context(), f.sts))
 	pod := f.createPod(0, true)
 	_ = pod
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -346,14 +346,14 @@ func TestDeletionCleansUp(t *testing.T) {
 	f.createLock("lock", 10)
 	f.waitWriter("db-0", "1")
 
-	require.NoError(t, k8s.Delete(t.Context(), f.lock("lock")))
+	require.NoError(t, suite.Client.Delete(t.Context(), f.lock("lock")))
 	require.Eventually(t, func() bool {
-		return apierrors.IsNotFound(k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock"}, &leasev1.StatefulSetLock{}))
+		return apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock"}, &leasev1.StatefulSetLock{}))
 	}, wait, tick)
 	roles, _ := f.roles()
 	assert.Equal(t, map[string]string{"db-0": "-", "db-1": "-", "db-2": "-"}, roles)
 	assert.Empty(t, f.pod("db-0").Annotations[leasev1.WriterEpochAnnotation])
-	assert.True(t, apierrors.IsNotFound(k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock-lease"}, &coordinationv1.Lease{})))
+	assert.True(t, apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock-lease"}, &coordinationv1.Lease{})))
 }
 
 // A writer pod recreated under its name (new UID) is not the writer until elected again; every pod,
@@ -369,7 +369,7 @@ func TestRecreatedTerminatingAndNodeNotReady(t *testing.T) {
 	f.waitWriter("db-0", "1")
 
 	// Recreated under the same name: a new election, which picks the new db-0 with a new epoch.
-	require.NoError(t, k8s.Delete(t.Context(), f.pod("db-0"), client.GracePeriodSeconds(0)))
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("db-0"), client.GracePeriodSeconds(0)))
 	f.createPod(0, true)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		lock := f.lock("lock")
@@ -379,7 +379,7 @@ func TestRecreatedTerminatingAndNodeNotReady(t *testing.T) {
 
 	// Terminating writer (graceful deletion; no kubelet here, so it stays Terminating).
 	writer := f.lock("lock").Status.WriterPod
-	require.NoError(t, k8s.Delete(t.Context(), f.pod(writer)))
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod(writer)))
 	other := map[string]string{"db-0": "db-1", "db-1": "db-0"}[writer]
 	f.waitWriter(other, "")
 	assert.Equal(t, leasev1.FailoverReasonWriterTerminating, f.lock("lock").Status.LastFailoverReason)
@@ -389,7 +389,7 @@ func TestRecreatedTerminatingAndNodeNotReady(t *testing.T) {
 	f.createPodOn(2, true, "node-b")
 	lock := f.lock("lock")
 	lock.Annotations = map[string]string{leasev1.SwitchoverAnnotation: "db-2"}
-	require.NoError(t, k8s.Update(t.Context(), lock))
+	require.NoError(t, suite.Client.Update(t.Context(), lock))
 	f.waitWriter("db-2", "")
 	ensureNode(t, "node-b", false)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

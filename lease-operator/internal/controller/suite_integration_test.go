@@ -5,10 +5,8 @@ package controller
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,33 +17,24 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // The integration tests run the controller in a manager against envtest's kube-apiserver and etcd.
 // Nothing runs StatefulSets or kubelets there: the tests create the pods of a StatefulSet themselves
 // (owned by it, as the StatefulSet controller would) and set their Ready condition.
 
-var (
-	cfg    *rest.Config
-	scheme = runtime.NewScheme()
-	k8s    client.WithWatch
-)
+// suite is the envtest API server; k8s its client.
+var suite testsupport.Suite
 
 const (
 	wait = 20 * time.Second
@@ -53,29 +42,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	var err error
-	if cfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := leasev1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testsupport.RunSuite(m, &suite, filepath.Join("..", "..", "config", "crd", "bases"), leasev1.AddToScheme))
 }
 
 // operator is one running manager with the controller; stop ends it (like an operator that dies).
@@ -86,29 +53,15 @@ type operator struct {
 // startOperator runs the controller; funcs, when set, intercept its writes to inject API errors.
 func startOperator(t *testing.T, funcs *interceptor.Funcs) *operator {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:     scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	require.NoError(t, err)
 	opts := Options{}
 	if funcs != nil {
-		writer, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+		writer, err := client.NewWithWatch(suite.Config, client.Options{Scheme: suite.Scheme})
 		require.NoError(t, err)
 		opts.Client = interceptor.NewClient(writer, *funcs)
 	}
-	require.NoError(t, SetupWithOptions(t.Context(), mgr, opts))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		assert.NoError(t, mgr.Start(ctx))
-	}()
-	var once sync.Once
-	op := &operator{stop: func() { once.Do(func() { cancel(); <-done }) }}
-	t.Cleanup(op.stop)
-	return op
+	return &operator{stop: suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error {
+		return SetupWithOptions(ctx, mgr, opts)
+	})}
 }
 
 // fixture is a namespace with a Ready node and a StatefulSet "db" whose pods the test creates.
@@ -121,7 +74,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "lease-"}}
-	require.NoError(t, k8s.Create(t.Context(), ns))
+	require.NoError(t, suite.Client.Create(t.Context(), ns))
 	ensureNode(t, "node-a", true)
 	f := &fixture{t: t, ns: ns.Name}
 	f.createStatefulSet()
@@ -132,15 +85,15 @@ func ensureNode(t *testing.T, name string, ready bool) {
 	t.Helper()
 	ctx := context.Background() // also from a cleanup, after t.Context() ended
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := k8s.Create(ctx, node); err != nil {
-		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: name}, node))
+	if err := suite.Client.Create(ctx, node); err != nil {
+		require.NoError(t, suite.Client.Get(ctx, client.ObjectKey{Name: name}, node))
 	}
 	status := corev1.ConditionFalse
 	if ready {
 		status = corev1.ConditionTrue
 	}
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	require.NoError(t, k8s.Status().Update(ctx, node))
+	require.NoError(t, suite.Client.Status().Update(ctx, node))
 }
 
 func (f *fixture) createStatefulSet() {
@@ -155,7 +108,7 @@ func (f *fixture) createStatefulSet() {
 			},
 		},
 	}
-	require.NoError(f.t, k8s.Create(f.t.Context(), f.sts))
+	require.NoError(f.t, suite.Client.Create(f.t.Context(), f.sts))
 }
 
 // createPods creates db-0..db-(n-1), Ready, as the StatefulSet controller and kubelet would.
@@ -179,7 +132,7 @@ func (f *fixture) createPodOn(ordinal int, ready bool, node string) *corev1.Pod 
 		},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "db"}}},
 	}
-	require.NoError(f.t, k8s.Create(f.t.Context(), pod))
+	require.NoError(f.t, suite.Client.Create(f.t.Context(), pod))
 	f.setReady(name, ready)
 	return pod
 }
@@ -196,14 +149,14 @@ func (f *fixture) setReady(name string, ready bool) {
 		pod := f.pod(name)
 		pod.Status.Phase = corev1.PodRunning
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
-		return k8s.Status().Update(f.t.Context(), pod)
+		return suite.Client.Status().Update(f.t.Context(), pod)
 	}))
 }
 
 func (f *fixture) pod(name string) *corev1.Pod {
 	f.t.Helper()
 	pod := &corev1.Pod{}
-	require.NoError(f.t, k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
+	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
 	return pod
 }
 
@@ -215,26 +168,26 @@ func (f *fixture) createLock(name string, duration int32, mods ...func(*leasev1.
 	for _, m := range mods {
 		m(lock)
 	}
-	require.NoError(f.t, k8s.Create(f.t.Context(), lock))
+	require.NoError(f.t, suite.Client.Create(f.t.Context(), lock))
 	return lock
 }
 
 func (f *fixture) lock(name string) *leasev1.StatefulSetLock {
 	lock := &leasev1.StatefulSetLock{}
-	require.NoError(f.t, k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, lock))
+	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, lock))
 	return lock
 }
 
 func (f *fixture) lease(name string) *coordinationv1.Lease {
 	lease := &coordinationv1.Lease{}
-	require.NoError(f.t, k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, lease))
+	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, lease))
 	return lease
 }
 
 // roles returns each pod's role label ("-" when it has none) and the writer's epoch.
 func (f *fixture) roles() (map[string]string, string) {
 	var pods corev1.PodList
-	require.NoError(f.t, k8s.List(f.t.Context(), &pods, client.InNamespace(f.ns)))
+	require.NoError(f.t, suite.Client.List(f.t.Context(), &pods, client.InNamespace(f.ns)))
 	roles, epoch := map[string]string{}, ""
 	for _, p := range pods.Items {
 		role, ok := p.Labels[leasev1.RoleLabel]
@@ -277,7 +230,7 @@ type writerWatch struct {
 
 func watchWriters(t *testing.T, ns string) *writerWatch {
 	t.Helper()
-	w, err := k8s.Watch(t.Context(), &corev1.PodList{}, client.InNamespace(ns))
+	w, err := suite.Client.Watch(t.Context(), &corev1.PodList{}, client.InNamespace(ns))
 	require.NoError(t, err)
 	ww := &writerWatch{stop: w.Stop}
 	go func() {

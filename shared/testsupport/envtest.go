@@ -1,0 +1,84 @@
+package testsupport
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Suite is the envtest API server (kube-apiserver and etcd from KUBEBUILDER_ASSETS) of one package's
+// integration tests, with the operator's CRDs installed and a client that also watches.
+type Suite struct {
+	Config *rest.Config
+	Scheme *runtime.Scheme
+	Client client.WithWatch
+}
+
+// RunSuite starts envtest with the CRDs in crdDir and a scheme of client-go's types plus
+// addToScheme, fills s, runs the package's tests and stops envtest. It returns the exit code for
+// os.Exit. The controllers' logs are discarded: the tests assert on the cluster, not on log lines.
+func RunSuite(m *testing.M, s *Suite, crdDir string, addToScheme ...func(*runtime.Scheme) error) int {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
+	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	scheme := runtime.NewScheme()
+	for _, add := range append([]func(*runtime.Scheme) error{clientgoscheme.AddToScheme}, addToScheme...) {
+		if err := add(scheme); err != nil {
+			fmt.Fprintln(os.Stderr, "scheme:", err)
+			return 1
+		}
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client:", err)
+		return 1
+	}
+	*s = Suite{Config: cfg, Scheme: scheme, Client: c}
+	return m.Run()
+}
+
+// StartManager runs a controller-runtime manager against the suite's API server, set up by setup,
+// until the test ends or stop is called (stop waits for the manager to return, like an operator
+// process that has died). Metrics are off and controller names may repeat, so each test can start
+// its own operator, or several in turn.
+func (s *Suite) StartManager(t *testing.T, setup func(ctx context.Context, mgr ctrl.Manager) error) (stop func()) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{
+		Scheme:     s.Scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(t, err)
+	require.NoError(t, setup(t.Context(), mgr))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		assert.NoError(t, mgr.Start(ctx))
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
