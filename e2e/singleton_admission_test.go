@@ -64,8 +64,9 @@ func TestSingletonAdmissionOnTheRealNode(t *testing.T) {
 	assert.Equal(t, "db", pod.Labels[singletonv1.LabelSingleton])
 	assert.Equal(t, "Wrapper", pod.Annotations[singletonv1.AnnotationHoldMode])
 	assert.Contains(t, pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: singletonv1.ReadinessGate})
-	assert.Equal(t, []string{singletonv1.WrapperBinary}, pod.Spec.Containers[0].Command)
-	assert.Equal(t, singletonv1.SidecarContainerName, pod.Spec.Containers[len(pod.Spec.Containers)-1].Name)
+	assert.Equal(t, singletonv1.SidecarContainerName, pod.Spec.Containers[0].Name, "the sidecar first: its postStart hook installs the wrapper")
+	assert.Equal(t, []string{singletonv1.WrapperBinary}, pod.Spec.Containers[1].Command)
+	assert.Empty(t, pod.Spec.InitContainers)
 
 	other, err := client.CoreV1().Pods(ns).Create(t.Context(), appPod("web-", "web"), metav1.CreateOptions{})
 	require.NoError(t, err)

@@ -219,8 +219,9 @@ func killOperator(t *testing.T) {
 	t.Logf("singleton operator SIGKILLed")
 }
 
-// watchReleased is the API-level invariant checker: it counts the pod events after which two pods
-// of the namespace carry the epoch annotation and are not terminal.
+// watchReleased is the API-level invariant checker: it counts the pod events after which two pods of
+// one singleton of the namespace (same apps.statefulsingleton.com/singleton label) carry the epoch
+// annotation and are not terminal.
 func watchReleased(t *testing.T, ns string) {
 	t.Helper()
 	w, err := client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
@@ -230,16 +231,20 @@ func watchReleased(t *testing.T, ns string) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		released := map[types.UID]bool{}
+		released := map[string]map[types.UID]bool{} // singleton → pod → released and not terminal
 		for ev := range w.ResultChan() {
 			pod, ok := ev.Object.(*corev1.Pod)
 			if !ok {
 				continue
 			}
+			singleton := pod.Labels[singletonv1.LabelSingleton]
+			if released[singleton] == nil {
+				released[singleton] = map[types.UID]bool{}
+			}
 			terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-			released[pod.UID] = ev.Type != watch.Deleted && !terminal && pod.Annotations[singletonv1.AnnotationEpoch] != ""
+			released[singleton][pod.UID] = ev.Type != watch.Deleted && !terminal && pod.Annotations[singletonv1.AnnotationEpoch] != ""
 			n := 0
-			for _, r := range released {
+			for _, r := range released[singleton] {
 				if r {
 					n++
 				}
@@ -248,6 +253,7 @@ func watchReleased(t *testing.T, ns string) {
 			events++
 			if n > 1 {
 				overlaps++
+				t.Logf("API-level overlap: %d released, non-terminal pods of singleton %s after an event of pod %s", n, singleton, pod.Name)
 			}
 			mu.Unlock()
 		}

@@ -29,6 +29,8 @@ func main() {
 		LeaderElectionID: "statefulsingleton-operator.apps.statefulsingleton.com",
 		Schemes:          []func(*runtime.Scheme) error{singletonv1.AddToScheme},
 		Flags:            grants.AddFlags,
+		// Only managed pods in the manager's cache; the rest per singleton namespace (controller/scope.go).
+		Cache: controller.CacheOptions,
 		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
 			if err := controller.Setup(ctx, mgr); err != nil {
 				return err

@@ -18,6 +18,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -43,6 +44,10 @@ type Options struct {
 	Webhooks bool
 	// Flags adds the binary's own flags to its command's flag set, which already holds the common ones.
 	Flags func(fs *pflag.FlagSet)
+	// Cache, when set, adjusts the manager's cache options before the manager is created, e.g. to cache
+	// only the pods carrying a label (cache.Options.ByObject). Nil keeps controller-runtime's defaults:
+	// every object of a watched kind, cluster-wide.
+	Cache func(*cache.Options)
 	// Setup registers the binary's controllers and webhooks with the manager before it starts. The
 	// webhook server starts when Setup (or a runnable it adds, e.g. once a certificate exists) first calls
 	// mgr.GetWebhookServer(); /readyz fails until it serves TLS.
@@ -170,6 +175,9 @@ func run(ctx context.Context, opts Options, f *flags) error {
 		LeaderElectionID:              opts.LeaderElectionID,
 		LeaderElectionNamespace:       f.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true, // the main process exits right after, so a successor need not wait out the lease
+	}
+	if opts.Cache != nil {
+		opts.Cache(&mgrOpts.Cache)
 	}
 	var webhookServer webhook.Server
 	if opts.Webhooks {

@@ -15,11 +15,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -38,6 +41,8 @@ func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
 	cmd := NewRootCommand(Options{
 		Name:             "test-operator",
 		LeaderElectionID: "test-operator.statefulops.dev",
+		// The binary's cache hook reaches the manager: here the cache is scoped to one namespace.
+		Cache: func(o *cache.Options) { o.DefaultNamespaces = map[string]cache.Config{"default": {}} },
 		Setup: func(_ context.Context, mgr ctrl.Manager) error {
 			setupCalled <- mgr
 			return nil
@@ -53,8 +58,9 @@ func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 
+	var mgr ctrl.Manager
 	select {
-	case <-setupCalled:
+	case mgr = <-setupCalled:
 	case err := <-done:
 		t.Fatalf("the command returned before Setup: %v", err)
 	case <-time.After(30 * time.Second):
@@ -70,6 +76,10 @@ func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
 			return resp.StatusCode == http.StatusOK
 		}, 30*time.Second, 100*time.Millisecond, "%s never answered 200", path)
 	}
+
+	require.NoError(t, mgr.GetCache().List(t.Context(), &corev1.ConfigMapList{}, client.InNamespace("default")))
+	assert.Error(t, mgr.GetCache().List(t.Context(), &corev1.ConfigMapList{}, client.InNamespace("kube-system")),
+		"Options.Cache scoped the cache to the namespace default")
 
 	clientset, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)

@@ -25,9 +25,8 @@ import (
 
 // Config is what the mutation needs beyond the pod and its StatefulSingleton.
 type Config struct {
-	// WrapperImage is the image whose /singleton-wrapper binary the init container copies into the pod.
-	WrapperImage string
-	// SidecarImage is the image of the status-sidecar container (binary /status-sidecar).
+	// SidecarImage is the image of the status-sidecar container (binary /status-sidecar), which also
+	// installs itself as the app containers' entrypoint wrapper (its postStart hook).
 	SidecarImage string
 	// GrantURL is the singleton operator's grant endpoint the sidecar long-polls (https://…/v1/grant).
 	GrantURL string
@@ -184,9 +183,12 @@ func wrapperUnsupported(pod *corev1.Pod) string {
 	return ""
 }
 
-// isWrapped reports whether the wrapper hold was already added (its init container is present).
+// isWrapped reports whether the wrapper hold was already added: the status-sidecar is there (or, for a
+// pod admitted by an older webhook, the wrapper's init container).
 func isWrapped(pod *corev1.Pod) bool {
-	return slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool {
+	return slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool {
+		return c.Name == singletonv1.SidecarContainerName
+	}) || slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool {
 		return c.Name == singletonv1.WrapperInitContainerName
 	})
 }
@@ -237,25 +239,18 @@ func addWrapperHold(pod *corev1.Pod, cfg Config) {
 	}
 
 	if !isWrapped(pod) {
-		pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{
-			Name:    singletonv1.WrapperInitContainerName,
-			Image:   cfg.WrapperImage,
-			Command: []string{"/singleton-wrapper", "install", singletonv1.WrapperBinary},
-			VolumeMounts: []corev1.VolumeMount{
-				{Name: singletonv1.WrapperVolumeName, MountPath: singletonv1.WrapperDir},
-			},
-			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
-			},
-			SecurityContext:          withUser(restricted()),
-			TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		})
-	}
-	if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == singletonv1.SidecarContainerName }) {
-		pod.Spec.Containers = append(pod.Spec.Containers, sidecar(cfg))
+		// `kubectl logs` and `kubectl exec` keep defaulting to the app, not to the sidecar put first.
+		if _, ok := pod.Annotations[defaultContainerAnnotation]; !ok && len(pod.Spec.Containers) > 0 {
+			pod.Annotations[defaultContainerAnnotation] = pod.Spec.Containers[0].Name
+		}
+		// First: the kubelet starts a pod's containers in order and waits for each postStart hook, so
+		// the sidecar's hook has installed the wrapper before any app container starts.
+		pod.Spec.Containers = append([]corev1.Container{sidecar(cfg)}, pod.Spec.Containers...)
 	}
 }
+
+// defaultContainerAnnotation names the container kubectl logs/exec use when none is given.
+const defaultContainerAnnotation = "kubectl.kubernetes.io/default-container"
 
 func withUser(sc *corev1.SecurityContext) *corev1.SecurityContext {
 	sc.RunAsUser = ptr.To(int64(nonRootUser))
@@ -284,7 +279,14 @@ func sidecar(cfg Config) corev1.Container {
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: singletonv1.SignalVolumeName, MountPath: singletonv1.SignalDir},
 			{Name: singletonv1.GrantTokenVolumeName, MountPath: singletonv1.GrantTokenDir, ReadOnly: true},
+			{Name: singletonv1.WrapperVolumeName, MountPath: singletonv1.WrapperDir},
 		},
+		// Puts the wrapper (this very binary) where the app containers' new command points, before the
+		// kubelet starts them. If it fails the kubelet restarts the sidecar; the app containers cannot
+		// start without the wrapper (fail closed).
+		Lifecycle: &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+			Command: []string{"/status-sidecar", "install-wrapper", singletonv1.WrapperBinary},
+		}}},
 		// Seed 000's footprint.
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},

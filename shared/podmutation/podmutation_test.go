@@ -15,7 +15,7 @@ import (
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
 
-var testConfig = Config{WrapperImage: "statefulops/singleton-wrapper:v0", SidecarImage: "statefulops/status-sidecar:v0", GrantURL: "https://grant.example/v1/grant"}
+var testConfig = Config{SidecarImage: "statefulops/status-sidecar:v0", GrantURL: "https://grant.example/v1/grant"}
 
 func singleton(mode singletonv1.HoldMode, grace int32, respect *bool) *singletonv1.StatefulSingleton {
 	return &singletonv1.StatefulSingleton{
@@ -131,9 +131,14 @@ func TestMutateWrapperHold(t *testing.T) {
 	assert.Equal(t, testConfig.GrantURL, grantURL)
 	assert.Contains(t, side.VolumeMounts, corev1.VolumeMount{Name: singletonv1.SignalVolumeName, MountPath: "/var/run/signal"})
 
-	require.Len(t, got.Spec.InitContainers, 1)
-	assert.Equal(t, testConfig.WrapperImage, got.Spec.InitContainers[0].Image)
-	assert.Equal(t, []string{"/singleton-wrapper", "install", "/opt/wrapper/singleton-wrapper"}, got.Spec.InitContainers[0].Command)
+	// No init container: the sidecar comes first and its postStart hook installs the wrapper, which the
+	// kubelet waits for before it starts the app containers.
+	assert.Empty(t, got.Spec.InitContainers)
+	assert.Equal(t, "status-sidecar", got.Spec.Containers[0].Name, "the sidecar is the first container")
+	require.NotNil(t, side.Lifecycle)
+	assert.Equal(t, []string{"/status-sidecar", "install-wrapper", "/opt/wrapper/singleton-wrapper"}, side.Lifecycle.PostStart.Exec.Command)
+	assert.Contains(t, side.VolumeMounts, corev1.VolumeMount{Name: singletonv1.WrapperVolumeName, MountPath: "/opt/wrapper"})
+	assert.Equal(t, "app", got.Annotations["kubectl.kubernetes.io/default-container"], "kubectl logs still defaults to the app")
 	assert.Len(t, got.Spec.Volumes, 3)
 	assert.Empty(t, got.Spec.SchedulingGates)
 	for _, v := range got.Spec.Volumes {
@@ -221,7 +226,7 @@ func FuzzMutate(f *testing.F) {
 			t.Fatalf("labels: %v", once.Labels)
 		}
 		gated := len(once.Spec.SchedulingGates) > 0 && once.Spec.SchedulingGates[len(once.Spec.SchedulingGates)-1].Name == singletonv1.SchedulingGate
-		wrapped := findContainer(once.Spec.InitContainers, singletonv1.WrapperInitContainerName) != nil
+		wrapped := findContainer(once.Spec.Containers, singletonv1.SidecarContainerName) != nil
 		if !gated && !wrapped {
 			t.Fatalf("the pod carries no hold: %+v", once.Spec)
 		}

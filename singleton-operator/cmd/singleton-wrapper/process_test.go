@@ -31,6 +31,10 @@ import (
 
 var binDir string
 
+// wrapperBin is the wrapper as a pod runs it: the status-sidecar binary, installed by its postStart
+// command (`status-sidecar install-wrapper <path>`) under the name singleton-wrapper.
+var wrapperBin string
+
 func TestMain(m *testing.M) {
 	if os.Getenv("WRAPPER_TEST_APP") == "1" {
 		testApp()
@@ -46,6 +50,13 @@ func TestMain(m *testing.M) {
 		panic(fmt.Sprintf("building the binaries: %v", err))
 	}
 	binDir = dir
+	wrapperBin = filepath.Join(dir, "pod", "singleton-wrapper")
+	if err := os.Mkdir(filepath.Dir(wrapperBin), 0o755); err != nil {
+		panic(err)
+	}
+	if out, err := exec.Command(filepath.Join(dir, "status-sidecar"), "install-wrapper", wrapperBin).CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("status-sidecar install-wrapper: %v: %s", err, out))
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -157,7 +168,7 @@ func startPod(t *testing.T, o podOptions) *pod {
 	argv := append([]string{self}, o.argv...)
 	raw, err := json.Marshal(argv)
 	require.NoError(t, err)
-	p.wrapper = exec.Command(filepath.Join(binDir, "singleton-wrapper"))
+	p.wrapper = exec.Command(wrapperBin)
 	p.wrapper.Env = append(append(os.Environ(), "ORIGINAL_ENTRYPOINT="+string(raw), "STATEFULSINGLETON_SIGNAL_FILE="+signalFile,
 		"WRAPPER_TEST_APP=1", "APP_OUT="+p.appOut()), o.appEnv...)
 	p.wrapper.Stderr = testWriter{t, "wrapper"}
@@ -305,7 +316,8 @@ func TestStartLatencyAfterTheGrant(t *testing.T) {
 	assert.Less(t, p99, time.Second, "the app starts well within a second of the grant")
 }
 
-// The init container's job: `singleton-wrapper install <path>` puts an executable copy of itself there.
+// `singleton-wrapper install <path>` puts an executable copy of itself there (the init container of pods
+// admitted by older webhooks).
 func TestInstallCopiesTheWrapper(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "singleton-wrapper")
 	out, err := exec.Command(filepath.Join(binDir, "singleton-wrapper"), "install", dst).CombinedOutput()
@@ -320,12 +332,28 @@ func TestInstallCopiesTheWrapper(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o755), info.Mode().Perm())
 }
 
-// A malformed ORIGINAL_ENTRYPOINT fails the container instead of starting something else.
+// The sidecar's postStart command puts an executable copy of the sidecar binary at the wrapper path;
+// started under that name it is the wrapper (the tests above run that copy).
+func TestSidecarInstallsItselfAsTheWrapper(t *testing.T) {
+	want, err := os.ReadFile(filepath.Join(binDir, "status-sidecar"))
+	require.NoError(t, err)
+	got, err := os.ReadFile(wrapperBin)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	info, err := os.Stat(wrapperBin)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o755), info.Mode().Perm())
+}
+
+// A malformed ORIGINAL_ENTRYPOINT fails the container instead of starting something else, for both
+// binaries that can be the wrapper.
 func TestMalformedEntrypointFails(t *testing.T) {
-	cmd := exec.Command(filepath.Join(binDir, "singleton-wrapper"))
-	cmd.Env = append(os.Environ(), "ORIGINAL_ENTRYPOINT=/bin/app a b")
-	err := cmd.Run()
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit)
-	assert.Equal(t, 126, exit.ExitCode())
+	for _, bin := range []string{wrapperBin, filepath.Join(binDir, "singleton-wrapper")} {
+		cmd := exec.Command(bin)
+		cmd.Env = append(os.Environ(), "ORIGINAL_ENTRYPOINT=/bin/app a b")
+		err := cmd.Run()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, bin)
+		assert.Equal(t, 126, exit.ExitCode(), bin)
+	}
 }

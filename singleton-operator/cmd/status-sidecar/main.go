@@ -9,6 +9,13 @@
 //
 // Environment: POD_NAME, POD_NAMESPACE, POD_UID (downward API), GRANT_URL, optionally GRANT_CA (PEM);
 // GRANT_TOKEN_FILE and STATEFULSINGLETON_SIGNAL_FILE override the token and signal paths.
+//
+// The same binary is the entrypoint wrapper of the app containers (package internal/wrapper): the
+// sidecar is the pod's first container and its postStart hook, `status-sidecar install-wrapper <path>`,
+// copies the binary into the pod's wrapper volume. The kubelet starts a pod's containers one after the
+// other and waits for each postStart hook, so the app containers start only once the wrapper is in
+// place — without an init container, whose exit the kubelet notices only at its next relist (up to a
+// second on every pod start). Started under the name singleton-wrapper, the binary runs as the wrapper.
 package main
 
 import (
@@ -30,6 +37,7 @@ import (
 	"time"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	"github.com/statefulops/statefulops/singleton-operator/internal/wrapper"
 )
 
 // request and response mirror grant.Request and grant.Response (kept here so the sidecar binary does
@@ -53,6 +61,16 @@ type config struct {
 }
 
 func main() {
+	if filepath.Base(os.Args[0]) == filepath.Base(singletonv1.WrapperBinary) {
+		wrapper.Main() // an app container's entrypoint
+	}
+	if len(os.Args) == 3 && os.Args[1] == "install-wrapper" {
+		if err := wrapper.Install(os.Args[2]); err != nil {
+			fmt.Fprintf(os.Stderr, "status-sidecar: installing the wrapper: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds | log.LUTC)
 	log.SetPrefix("status-sidecar: ")
 	cfg, err := load()

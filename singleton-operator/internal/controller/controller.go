@@ -13,8 +13,10 @@
 //   - RollingUpdate handover: a Deployment's new pod is held while the old one is healthy, and the
 //     Deployment waits for the new pod to be Ready — a deadlock. When the candidate is of a newer revision
 //     than a blocking pod, the operator deletes that pod (graceful delete with a UID precondition) and
-//     releases the candidate once the kubelet confirmed the stop. The old ReplicaSet may create a
-//     replacement, which is admitted held and never chosen over the newer revision.
+//     releases the candidate once the kubelet confirmed the stop. A Wrapper candidate must run first
+//     (every container started, the wrapper waiting), so the gap is the old pod's stop, not also the new
+//     pod's start. The old ReplicaSet may create a replacement, which is admitted held and never chosen
+//     over the newer revision.
 //   - Fencing: when the pod recorded in status.activePodUID vanished while its node (status.activePodNode)
 //     is NotReady or Unknown, its stop was never confirmed: nothing is released until the node is Ready
 //     again or carries node.kubernetes.io/out-of-service (condition FencingRequired, Event).
@@ -32,6 +34,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -55,7 +58,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
@@ -77,13 +82,17 @@ type Reconciler struct {
 	Cache client.Reader
 	// APIReader lists pods from the API server right before a release.
 	APIReader client.Reader
+	// scopes caches, per namespace holding a StatefulSingleton, the pods Cache leaves out (no managed
+	// label) and the ReplicaSets and StatefulSets that rank pods (scope.go).
+	scopes *namespaceCaches
 	// Recorder records events.k8s.io Events.
 	Recorder events.EventRecorder
 	// Clock is the operator's clock (a fake one in tests).
 	Clock clock.PassiveClock
 
-	mu     sync.Mutex
-	goneAt map[types.NamespacedName]time.Time // when a pod of the singleton was last seen deleted
+	mu       sync.Mutex
+	goneAt   map[types.NamespacedName]time.Time          // when a pod of the singleton was last seen deleted
+	fallback map[types.NamespacedName]map[types.UID]bool // per singleton: pods whose hold fallback was reported
 }
 
 // Options adjust Setup for tests.
@@ -99,18 +108,25 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 	return SetupWithOptions(ctx, mgr, Options{})
 }
 
-// SetupWithOptions registers the StatefulSingleton controller with the manager. Pods of every
-// namespace are watched (an ungated pod carries none of the operator's labels); each maps to the
-// StatefulSingletons of its namespace whose selector matches it.
+// SetupWithOptions registers the StatefulSingleton controller with the manager. Managed pods come from
+// the manager's cache (scoped by CacheOptions), the other pods of the namespaces holding a
+// StatefulSingleton from the namespace caches (scope.go); each pod maps to the StatefulSingletons of its
+// namespace whose selector matches it.
 func SetupWithOptions(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	registerMetrics()
+	scopes := newNamespaceCaches(mgr)
+	if err := mgr.Add(scopes); err != nil {
+		return err
+	}
 	r := &Reconciler{
 		Client:    opts.Client,
 		Cache:     mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
+		scopes:    scopes,
 		Recorder:  mgr.GetEventRecorder("singleton-operator"),
 		Clock:     opts.Clock,
 		goneAt:    map[types.NamespacedName]time.Time{},
+		fallback:  map[types.NamespacedName]map[types.UID]bool{},
 	}
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -122,6 +138,7 @@ func SetupWithOptions(_ context.Context, mgr ctrl.Manager, opts Options) error {
 		Named("statefulsingleton").
 		For(&singletonv1.StatefulSingleton{}).
 		Watches(&corev1.Pod{}, r.podHandler()).
+		WatchesRawSource(source.Channel(scopes.events, r.podHandler())).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.singletonsOfNode)).
 		Complete(r)
 }
@@ -232,7 +249,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionSelectorConflict)
 
-	v, err := r.observe(ctx, ss, r.Cache)
+	v, err := r.observe(ctx, ss, false)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -240,6 +257,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		status.Epoch = max(status.Epoch, podEpoch(pod)) // the epoch never goes back, also if status was lost
 	}
 	heldPods.WithLabelValues(ss.Namespace, ss.Name).Set(float64(len(v.held)))
+	r.reportHoldFallbacks(ss, v.pods)
 	if len(v.active) > 1 {
 		overlaps.Inc()
 		setCondition(status, ss, singletonv1.ConditionOverlapDetected, metav1.ConditionTrue, "SeveralActivePods",
@@ -309,6 +327,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return result, r.writeStatus(ctx, ss, status)
 }
 
+// reportHoldFallbacks records, once per pod (per operator process), an Event on each pod of a Wrapper
+// singleton that the webhook admitted with the scheduling gate instead, saying why. The webhook cannot:
+// the pod does not exist yet when it is admitted.
+func (r *Reconciler) reportHoldFallbacks(ss *singletonv1.StatefulSingleton, pods []*corev1.Pod) {
+	key := client.ObjectKeyFromObject(ss)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reported := map[types.UID]bool{} // only pods still there: the set stays as small as the singleton
+	for _, pod := range pods {
+		reason, ok := pod.Annotations[singletonv1.AnnotationHoldFallback]
+		if !ok {
+			continue
+		}
+		reported[pod.UID] = true
+		if !r.fallback[key][pod.UID] {
+			r.Recorder.Eventf(pod, ss, corev1.EventTypeWarning, singletonv1.ReasonHoldFallback, "Admit",
+				"held with the scheduling gate instead of the wrapper: %s", reason)
+		}
+	}
+	r.fallback[key] = reported
+}
+
 // transition handles a held candidate: it releases it when safe, otherwise starts the handover, checks
 // fencing and the deadline.
 func (r *Reconciler) transition(ctx context.Context, ss *singletonv1.StatefulSingleton, status *singletonv1.StatefulSingletonStatus, v *view) (reconcile.Result, error) {
@@ -325,20 +365,29 @@ func (r *Reconciler) transition(ctx context.Context, ss *singletonv1.StatefulSin
 	}
 
 	if len(v.blocking) > 0 {
-		// RollingUpdate handover: delete blocking pods of an older revision than the candidate.
+		// RollingUpdate handover: delete blocking pods of an older revision than the candidate — in
+		// Wrapper mode only once the candidate runs (its containers started, the wrapper waiting for the
+		// grant), so the old process is stopped when the new one can start at once, not while the new
+		// pod is still being created; and a new pod that cannot start never stops the old one.
 		candRank := r.rank(ctx, v.candidate)
+		prepared := startPrepared(v.candidate)
+		msg := fmt.Sprintf("pod %s is held until pods %s are gone", v.candidate.Name, podNames(v.blocking))
 		for _, pod := range v.blocking {
-			if pod.DeletionTimestamp.IsZero() && r.rank(ctx, pod) < candRank {
-				if err := r.deletePod(ctx, pod); err != nil {
-					return reconcile.Result{}, err
-				}
-				r.Recorder.Eventf(ss, pod, corev1.EventTypeNormal, singletonv1.ReasonPodTransition, "Handover",
-					"deleted pod %s of an older revision so that held pod %s can start", pod.Name, v.candidate.Name)
+			if !pod.DeletionTimestamp.IsZero() || r.rank(ctx, pod) >= candRank {
+				continue
 			}
+			if !prepared {
+				msg = fmt.Sprintf("pod %s of a newer revision is held and starting; pod %s will be stopped once it runs and waits for its grant", v.candidate.Name, pod.Name)
+				continue
+			}
+			if err := r.deletePod(ctx, pod); err != nil {
+				return reconcile.Result{}, err
+			}
+			r.Recorder.Eventf(ss, pod, corev1.EventTypeNormal, singletonv1.ReasonPodTransition, "Handover",
+				"deleted pod %s of an older revision so that held pod %s can start", pod.Name, v.candidate.Name)
 		}
-		setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonWaitingForOldPod,
-			fmt.Sprintf("pod %s is held until pods %s are gone", v.candidate.Name, podNames(v.blocking)))
-		status.Message = fmt.Sprintf("pod %s is held until pods %s are gone", v.candidate.Name, podNames(v.blocking))
+		setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonWaitingForOldPod, msg)
+		status.Message = msg
 		return r.checkDeadline(ss, status, now), nil
 	}
 
@@ -365,7 +414,7 @@ func (r *Reconciler) transition(ctx context.Context, ss *singletonv1.StatefulSin
 	}
 
 	// Confirm with the API server, not the cache, that nothing else may run.
-	live, err := r.observe(ctx, ss, r.APIReader)
+	live, err := r.observe(ctx, ss, true)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -386,10 +435,15 @@ func (r *Reconciler) release(ctx context.Context, ss *singletonv1.StatefulSingle
 	reserve := ss.DeepCopy()
 	reserve.Status.Epoch = epoch
 	if err := r.Client.Status().Update(ctx, reserve); err != nil {
-		return err
+		return ignoreConflict(err) // nothing was released; the newer StatefulSingleton's event reconciles again
 	}
 	ss.ResourceVersion = reserve.ResourceVersion
 
+	// A gated pod is patched under an optimistic lock (its gate list is rewritten, and nothing else
+	// writes it while it is gated). A Wrapper pod runs: its kubelet updates its status all the time, so
+	// a resourceVersion lock would fail most releases and cost a retry with a fresh epoch each; the patch
+	// only adds annotations and carries the pod's UID, so it can only ever release this pod instance (a
+	// pod recreated under the same name has another UID, which the API server refuses to change).
 	patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	released := pod.DeepCopy()
 	if released.Annotations == nil {
@@ -403,6 +457,12 @@ func (r *Reconciler) release(ctx context.Context, ss *singletonv1.StatefulSingle
 		})
 	} else {
 		released.Annotations[singletonv1.AnnotationStartGranted] = value
+		raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]string{
+			singletonv1.AnnotationEpoch: value, singletonv1.AnnotationStartGranted: value}}})
+		if err != nil {
+			return err
+		}
+		patch = client.RawPatch(types.MergePatchType, raw)
 	}
 	if err := r.Client.Patch(ctx, released, patch); err != nil {
 		status.Epoch = epoch
@@ -413,11 +473,13 @@ func (r *Reconciler) release(ctx context.Context, ss *singletonv1.StatefulSingle
 	r.mu.Lock()
 	gone, ok := r.goneAt[client.ObjectKeyFromObject(ss)]
 	r.mu.Unlock()
+	sinceGone := time.Duration(-1) // unknown: no pod of the singleton went away during this transition
 	if ok && status.TransitionTimestamp != nil && !gone.Before(status.TransitionTimestamp.Time) {
-		d := now.Sub(gone)
-		handoverSeconds.Observe(d.Seconds())
-		status.LastTransitionDuration = &metav1.Duration{Duration: d}
+		sinceGone = now.Sub(gone)
+		handoverSeconds.Observe(sinceGone.Seconds())
+		status.LastTransitionDuration = &metav1.Duration{Duration: sinceGone}
 	}
+	logf.FromContext(ctx).Info("Released pod", "pod", pod.Name, "epoch", epoch, "sinceOldPodGone", sinceGone.String())
 	status.Epoch = epoch
 	status.ActivePod, status.ActivePodUID, status.ActivePodNode = pod.Name, string(pod.UID), pod.Spec.NodeName
 	status.Phase = singletonv1.PhaseRunning
@@ -446,14 +508,19 @@ func (r *Reconciler) checkDeadline(ss *singletonv1.StatefulSingleton, status *si
 	return reconcile.Result{}
 }
 
-// observe lists and classifies the singleton's pods through reader.
-func (r *Reconciler) observe(ctx context.Context, ss *singletonv1.StatefulSingleton, reader client.Reader) (*view, error) {
+// observe lists and classifies the singleton's pods: from the caches, or with live from the API server.
+func (r *Reconciler) observe(ctx context.Context, ss *singletonv1.StatefulSingleton, live bool) (*view, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&ss.Spec.Selector)
 	if err != nil {
 		return nil, err
 	}
 	var list corev1.PodList
-	if err := reader.List(ctx, &list, client.InNamespace(ss.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if live {
+		err = r.APIReader.List(ctx, &list, client.InNamespace(ss.Namespace), client.MatchingLabelsSelector{Selector: sel})
+	} else {
+		list.Items, err = r.cachedPods(ctx, ss.Namespace, sel)
+	}
+	if err != nil {
 		return nil, err
 	}
 	v := &view{}
@@ -490,6 +557,23 @@ func (r *Reconciler) observe(ctx context.Context, ss *singletonv1.StatefulSingle
 	return v, nil
 }
 
+// cachedPods lists the pods of namespace matching sel from the caches: the managed ones from the
+// manager's cache, the others from the namespace's own cache.
+func (r *Reconciler) cachedPods(ctx context.Context, namespace string, sel labels.Selector) ([]corev1.Pod, error) {
+	var managed, unmanaged corev1.PodList
+	if err := r.Cache.List(ctx, &managed, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, err
+	}
+	nsCache, err := r.scopes.reader(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	if err := nsCache.List(ctx, &unmanaged, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, err
+	}
+	return append(managed.Items, unmanaged.Items...), nil
+}
+
 // rank orders pods by revision: the Deployment revision of the pod's ReplicaSet; for a StatefulSet 1 for
 // the update revision and 0 otherwise; 0 for anything else or when the owner cannot be read.
 func (r *Reconciler) rank(ctx context.Context, pod *corev1.Pod) int64 {
@@ -497,18 +581,21 @@ func (r *Reconciler) rank(ctx context.Context, pod *corev1.Pod) int64 {
 	if owner == nil {
 		return 0
 	}
+	nsCache, err := r.scopes.reader(ctx, pod.Namespace)
+	if err != nil {
+		return 0
+	}
 	switch owner.Kind {
 	case "ReplicaSet":
-		rs := &metav1.PartialObjectMetadata{}
-		rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
-		if err := r.Cache.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, rs); err != nil {
+		rs := revisionMeta()
+		if err := nsCache.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, rs); err != nil {
 			return 0
 		}
 		n, _ := strconv.ParseInt(rs.Annotations[revisionAnnotation], 10, 64)
 		return n
 	case "StatefulSet":
 		sts := &appsv1.StatefulSet{}
-		if err := r.Cache.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, sts); err != nil {
+		if err := nsCache.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: owner.Name}, sts); err != nil {
 			return 0
 		}
 		if sts.Status.UpdateRevision != "" && pod.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision {
@@ -530,7 +617,8 @@ func (r *Reconciler) selectorWinner(ctx context.Context, ss *singletonv1.Statefu
 	if err != nil {
 		return "", err
 	}
-	var pods *corev1.PodList
+	var pods []corev1.Pod
+	listed := false
 	for i := range list.Items {
 		other := &list.Items[i]
 		if other.UID == ss.UID || !older(other, ss) {
@@ -544,14 +632,14 @@ func (r *Reconciler) selectorWinner(ctx context.Context, ss *singletonv1.Statefu
 			mine.Matches(labels.Set(other.Spec.Selector.MatchLabels)) && len(other.Spec.Selector.MatchExpressions) == 0 {
 			return other.Name, nil
 		}
-		if pods == nil {
-			pods = &corev1.PodList{}
-			if err := r.Cache.List(ctx, pods, client.InNamespace(ss.Namespace), client.MatchingLabelsSelector{Selector: mine}); err != nil {
+		if !listed {
+			if pods, err = r.cachedPods(ctx, ss.Namespace, mine); err != nil {
 				return "", err
 			}
+			listed = true
 		}
-		for j := range pods.Items {
-			if theirs.Matches(labels.Set(pods.Items[j].Labels)) {
+		for j := range pods {
+			if theirs.Matches(labels.Set(pods[j].Labels)) {
 				return other.Name, nil
 			}
 		}
@@ -571,6 +659,9 @@ func older(a, b *singletonv1.StatefulSingleton) bool {
 // other StatefulSingleton is left in the namespace.
 func (r *Reconciler) finish(ctx context.Context, ss *singletonv1.StatefulSingleton) error {
 	heldPods.DeleteLabelValues(ss.Namespace, ss.Name)
+	r.mu.Lock()
+	delete(r.fallback, client.ObjectKeyFromObject(ss))
+	r.mu.Unlock()
 	if controllerutil.RemoveFinalizer(ss, singletonv1.Finalizer) {
 		if err := r.Client.Update(ctx, ss); err != nil {
 			return client.IgnoreNotFound(err)
@@ -585,6 +676,7 @@ func (r *Reconciler) finish(ctx context.Context, ss *singletonv1.StatefulSinglet
 			return nil
 		}
 	}
+	r.scopes.drop(ss.Namespace)
 	return r.ensureNamespaceLabel(ctx, ss.Namespace, false)
 }
 
@@ -640,7 +732,18 @@ func (r *Reconciler) writeStatus(ctx context.Context, ss *singletonv1.StatefulSi
 	status.StatusTimestamp = &metav1.Time{Time: r.Clock.Now()}
 	updated := ss.DeepCopy()
 	updated.Status = *status
-	return r.Client.Status().Update(ctx, updated)
+	return ignoreConflict(r.Client.Status().Update(ctx, updated))
+}
+
+// ignoreConflict drops a conflict of a StatefulSingleton write. A conflict means the cache is behind the
+// API server (typically our own previous status write): the newer version's watch event queues another
+// reconcile anyway, right away, whereas an error would add the rate limiter's growing back-off to the
+// next handover.
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 
 func equalStatus(a, b *singletonv1.StatefulSingletonStatus) bool {

@@ -5,7 +5,9 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -137,6 +141,27 @@ func TestRollingUpdateHandover(t *testing.T) {
 	f.neverReleased("old-again", time.Second)
 }
 
+// In Wrapper mode the RollingUpdate handover stops the old pod only once the new one runs (containers
+// started, the wrapper waiting for its grant): the gap is then the old pod's stop alone.
+func TestRollingUpdateHandoverWaitsForTheNewPodToRun(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	rs1, rs2 := f.createReplicaSet("db-1", 1), f.createReplicaSet("db-2", 2)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	f.createPod("old", held(singletonv1.HoldModeWrapper), ownedBy(rs1))
+	f.waitReleased("old")
+	f.createPod("new", held(singletonv1.HoldModeWrapper), ownedBy(rs2), onNode("")) // not yet reported by a kubelet
+	f.setStarting("new")
+	testsupport.NeverWithin(t, time.Second, tick, func() bool { return !f.pod("old").DeletionTimestamp.IsZero() },
+		"the old pod is kept while the new one is still starting")
+	assert.Contains(t, f.singleton("db").Status.Message, "starting")
+	f.setPhase("new", corev1.PodRunning)
+	require.Eventually(t, func() bool { return !f.pod("old").DeletionTimestamp.IsZero() }, wait, tick, "old pod deleted once the new one runs")
+	f.confirmStop("old")
+	f.waitReleased("new")
+}
+
 // Past maxTransitionTime the transition is reported and the new pod stays held.
 func TestTransitionTimeoutKeepsHolding(t *testing.T) {
 	f := newFixture(t)
@@ -166,10 +191,14 @@ func TestTransitionTimeoutKeepsHolding(t *testing.T) {
 	f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)
 }
 
-// A pod without a hold is reported, never released, and deleted while another pod is active.
+// A pod without a hold is reported, never released, and deleted while another pod is active — although
+// the operator's cache holds only managed pods: the unmanaged ones of a singleton's namespace come from
+// that namespace's own cache, and the pods of other namespaces are cached nowhere.
 func TestUngatedPodReportedAndDeleted(t *testing.T) {
 	f := newFixture(t)
-	startOperator(t, nil)
+	elsewhere := newFixture(t) // a namespace without a StatefulSingleton
+	elsewhere.createPod("unrelated")
+	_, mgr := startOperatorWithManager(t, nil)
 	f.createSingleton("db")
 	f.createPod("active", held(singletonv1.HoldModeWrapper))
 	f.waitReleased("active")
@@ -177,6 +206,17 @@ func TestUngatedPodReportedAndDeleted(t *testing.T) {
 	f.waitCondition("db", singletonv1.ConditionUngatedPod, metav1.ConditionTrue)
 	require.Eventually(t, func() bool { return !f.pod("rogue").DeletionTimestamp.IsZero() }, wait, tick, "ungated pod deleted")
 	assert.False(t, f.released("rogue"))
+
+	var cached corev1.PodList
+	require.NoError(t, mgr.GetCache().List(t.Context(), &cached))
+	var names []string
+	for _, p := range cached.Items {
+		names = append(names, p.Namespace+"/"+p.Name)
+	}
+	assert.Contains(t, names, f.ns+"/active", "managed pods are in the manager's cache")
+	assert.NotContains(t, names, f.ns+"/rogue", "unmanaged pods are not")
+	assert.NotContains(t, names, elsewhere.ns+"/unrelated", "the pods of other namespaces are not")
+
 	f.confirmStop("rogue")
 	require.Eventually(t, func() bool { return findCondition(f.singleton("db"), singletonv1.ConditionUngatedPod) == nil }, wait, tick)
 }
@@ -324,4 +364,43 @@ func TestStatefulSetUpdateRevisionWins(t *testing.T) {
 	startOperator(t, nil)
 	f.waitReleased("db-b")
 	f.neverReleased("db-a", time.Second)
+}
+
+// The release patch of a Wrapper pod carries no resourceVersion lock but the pod's UID: the API server
+// refuses it for another pod instance under the same name (a StatefulSet recreates pods by name).
+func TestReleasePatchOfAnotherPodInstanceIsRefused(t *testing.T) {
+	f := newFixture(t)
+	old := f.createPod("db-0", held(singletonv1.HoldModeWrapper))
+	require.NoError(t, k8s.Delete(t.Context(), old, client.GracePeriodSeconds(0)))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(k8s.Get(t.Context(), client.ObjectKeyFromObject(old), &corev1.Pod{}))
+	}, wait, tick)
+	f.createPod("db-0", held(singletonv1.HoldModeWrapper))
+	raw := fmt.Sprintf(`{"metadata":{"uid":%q,"annotations":{%q:"1"}}}`, old.UID, singletonv1.AnnotationStartGranted)
+	err := k8s.Patch(t.Context(), f.pod("db-0"), client.RawPatch(types.MergePatchType, []byte(raw)))
+	require.Error(t, err, "a patch carrying the old UID must not touch the new pod")
+	assert.False(t, f.released("db-0"))
+	assert.Empty(t, f.pod("db-0").Annotations[singletonv1.AnnotationStartGranted])
+}
+
+// A pod the webhook held with the scheduling gate instead of the wrapper gets an Event saying why.
+func TestHoldFallbackIsReportedOnThePod(t *testing.T) {
+	f := newFixture(t)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	const why = "container \"app\" has no command in the pod spec"
+	f.createPod("gated", held(singletonv1.HoldModeSchedulingGate), func(p *corev1.Pod) {
+		p.Annotations[singletonv1.AnnotationHoldFallback] = why
+	})
+	f.waitReleased("gated")
+	require.Eventually(t, func() bool {
+		var events corev1.EventList
+		require.NoError(t, k8s.List(t.Context(), &events, client.InNamespace(f.ns)))
+		for _, e := range events.Items {
+			if e.Reason == singletonv1.ReasonHoldFallback && e.InvolvedObject.Name == "gated" && strings.Contains(e.Message, why) {
+				return true
+			}
+		}
+		return false
+	}, wait, tick, "HoldFallback event on the pod")
 }

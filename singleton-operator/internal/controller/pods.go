@@ -110,3 +110,21 @@ func nodeFenced(node *corev1.Node) bool {
 	}
 	return false
 }
+
+// startPrepared reports whether a held pod can start its main process at once when released: a Wrapper
+// pod whose containers all run (the wrapper waits for the grant; the kubelet has pulled, created and
+// started everything), or any SchedulingGate pod, which cannot be prepared before its release.
+func startPrepared(pod *corev1.Pod) bool {
+	if singletonv1.HoldMode(pod.Annotations[singletonv1.AnnotationHoldMode]) != singletonv1.HoldModeWrapper || hasSchedulingGate(pod) {
+		return true
+	}
+	if len(pod.Status.ContainerStatuses) < len(pod.Spec.Containers) {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}

@@ -83,11 +83,21 @@ func runSuite(m *testing.M) int {
 // writes to inject API errors.
 func startOperator(t *testing.T, funcs *interceptor.Funcs) (stop func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	stop, _ = startOperatorWithManager(t, funcs)
+	return stop
+}
+
+// startOperatorWithManager is startOperator, also returning the manager (to look into its cache).
+func startOperatorWithManager(t *testing.T, funcs *interceptor.Funcs) (stop func(), mgr ctrl.Manager) {
+	t.Helper()
+	mgrOpts := ctrl.Options{
 		Scheme:     scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	CacheOptions(&mgrOpts.Cache) // the cache scope of main
+	var err error
+	mgr, err = ctrl.NewManager(cfg, mgrOpts)
 	require.NoError(t, err)
 	opts := Options{}
 	if funcs != nil {
@@ -105,7 +115,7 @@ func startOperator(t *testing.T, funcs *interceptor.Funcs) (stop func()) {
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
-	return stop
+	return stop, mgr
 }
 
 // fixture is a namespace with a Ready node "node-a".
@@ -239,6 +249,18 @@ func (f *fixture) setPhase(name string, phase corev1.PodPhase) {
 			state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.Now()}}
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", Image: "db", ImageID: "db", State: state}}
+		return k8s.Status().Update(f.t.Context(), pod)
+	}))
+}
+
+// setStarting reports the pod Pending with its containers still being created, as the kubelet would.
+func (f *fixture) setStarting(name string) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod := f.pod(name)
+		pod.Status.Phase = corev1.PodPending
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", Image: "db", ImageID: "db",
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
 		return k8s.Status().Update(f.t.Context(), pod)
 	}))
 }

@@ -21,7 +21,8 @@ type AnnotationGrants struct {
 	waiters map[types.UID]chan struct{}
 }
 
-// NewAnnotationGrants follows the pods of informer (e.g. mgr.GetCache().GetInformer(ctx, &corev1.Pod{})).
+// NewAnnotationGrants follows the pods of informer (e.g. mgr.GetCache().GetInformer(ctx, &corev1.Pod{});
+// the operator's cache holds only managed pods, and every Wrapper pod is one).
 func NewAnnotationGrants(ctx context.Context, informer cache.Informer) (*AnnotationGrants, error) {
 	g := &AnnotationGrants{granted: map[types.UID]bool{}, waiters: map[types.UID]chan struct{}{}}
 	_, err := informer.AddEventHandlerWithOptions(toolscache.ResourceEventHandlerFuncs{

@@ -148,12 +148,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if wait <= 0 {
 		wait = 30 * time.Second
 	}
+	asked := time.Now()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	granted := false
 	select {
 	case <-h.Grants.Granted(req.UID):
 		granted = true
+		log.Info("Start granted", "waited", time.Since(asked).String())
 	case <-timer.C:
 	case <-r.Context().Done():
 		return

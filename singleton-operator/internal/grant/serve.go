@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -30,8 +31,10 @@ import (
 // Certificates: with --grant-cert-path the files there (tls.crt, tls.key) are served and reloaded when
 // they change. Otherwise open-policy-agent/cert-controller keeps a self-signed CA and a serving
 // certificate for the Service (--grant-service-name) in the Secret --grant-cert-secret and rotates them;
-// the Deployment mounts that Secret at the default certificate directory. The webhook-server mounts the
-// same Secret's ca.crt and passes it to the status-sidecars (--grant-ca-file), which trust only that CA.
+// the operator follows that Secret through the API and copies the certificate into the default
+// certificate directory (an emptyDir), so it serves seconds after the rotator wrote it instead of after
+// the kubelet's Secret-volume sync. The webhook-server reads the same Secret's ca.crt the same way and
+// passes it to the status-sidecars, which trust only that CA.
 type ServeConfig struct {
 	addr      string
 	certPath  string
@@ -50,34 +53,42 @@ func (c *ServeConfig) AddFlags(fs *pflag.FlagSet) {
 }
 
 // DefaultCertDir is where the grant endpoint reads its certificate when --grant-cert-path is empty; the
-// manifest mounts the rotator's Secret there.
+// operator writes the rotator's certificate there (the manifest mounts a writable emptyDir).
 func DefaultCertDir() string {
 	return filepath.Join(os.TempDir(), "grant-server", "serving-certs")
 }
 
 // Setup serves the grant endpoint on every replica (leader or not: grants are pod annotations, which
-// every replica's cache sees).
+// every replica's cache sees). /readyz fails until the endpoint serves TLS, so the grant Service routes
+// only to replicas that can answer.
 func (c *ServeConfig) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	if c.addr == "0" {
 		return nil
 	}
 	log := mgr.GetLogger().WithName("grant")
 	dir := c.certPath
+	var certReady <-chan struct{}
 	if dir == "" {
 		if c.namespace == "" {
 			log.Info("Grant endpoint disabled: neither --grant-cert-path nor --grant-namespace ($POD_NAMESPACE) given; Wrapper pods stay held")
 			return nil
 		}
 		dir = DefaultCertDir()
+		key := types.NamespacedName{Namespace: c.namespace, Name: c.secret}
+		files, err := addCertFileSync(mgr, key, dir)
+		if err != nil {
+			return fmt.Errorf("following the grant certificate Secret: %w", err)
+		}
+		certReady = files.Written
 		dns := fmt.Sprintf("%s.%s.svc", c.service, c.namespace)
 		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
-			SecretKey:             types.NamespacedName{Namespace: c.namespace, Name: c.secret},
+			SecretKey:             key,
 			CertDir:               dir,
 			CAName:                "statefulops-singleton-grant-ca",
 			CAOrganization:        "statefulops",
 			DNSName:               dns,
 			ExtraDNSNames:         []string{dns + ".cluster.local"},
-			IsReady:               make(chan struct{}), // the server waits for the mounted files itself
+			IsReady:               make(chan struct{}), // the server waits for the certificate files itself
 			FieldOwner:            "singleton-operator",
 			RequireLeaderElection: false,
 		}); err != nil {
@@ -93,14 +104,28 @@ func (c *ServeConfig) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		return err
 	}
 	handler := &Handler{Authenticate: TokenReviewAuthenticator(mgr.GetClient()), Grants: grants}
-	return mgr.Add(&server{addr: c.addr, dir: dir, handler: handler})
+	srv := &server{addr: c.addr, dir: dir, certReady: certReady, handler: handler}
+	if err := mgr.AddReadyzCheck("grant-endpoint", srv.serving); err != nil {
+		return err
+	}
+	return mgr.Add(srv)
 }
 
 // server is the HTTPS grant endpoint; it starts once the certificate files exist.
 type server struct {
-	addr    string
-	dir     string
-	handler http.Handler
+	addr      string
+	dir       string
+	certReady <-chan struct{} // closed once the files are written; nil: wait for them to appear
+	handler   http.Handler
+	listening atomic.Bool
+}
+
+// serving is the readiness check: the endpoint listens with a certificate.
+func (s *server) serving(_ *http.Request) error {
+	if !s.listening.Load() {
+		return errors.New("the grant endpoint does not serve yet (no certificate)")
+	}
+	return nil
 }
 
 func (s *server) NeedLeaderElection() bool { return false }
@@ -108,7 +133,13 @@ func (s *server) NeedLeaderElection() bool { return false }
 func (s *server) Start(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithName("grant")
 	certFile, keyFile := filepath.Join(s.dir, "tls.crt"), filepath.Join(s.dir, "tls.key")
-	if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
+	if s.certReady != nil {
+		select {
+		case <-s.certReady:
+		case <-ctx.Done():
+			return nil // stopped before a certificate appeared
+		}
+	} else if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
 		_, errCert := os.Stat(certFile)
 		_, errKey := os.Stat(keyFile)
 		return errCert == nil && errKey == nil, nil
@@ -135,8 +166,14 @@ func (s *server) Start(ctx context.Context) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
+	ln, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("serving the grant endpoint: %w", err)
+	}
+	s.listening.Store(true)
+	defer s.listening.Store(false)
 	log.Info("Serving the grant endpoint", "address", s.addr, "path", Path)
-	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving the grant endpoint: %w", err)
 	}
 	return nil

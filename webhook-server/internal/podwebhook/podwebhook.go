@@ -40,6 +40,9 @@ type Mutator struct {
 	Decoder admission.Decoder
 	// Config names the images and the grant endpoint injected in Wrapper mode.
 	Config podmutation.Config
+	// GrantCA, when set, returns the current grant CA (it follows the operator's rotated Secret) and
+	// overrides Config.GrantCA.
+	GrantCA func() string
 }
 
 // Handle implements admission.Handler.
@@ -59,7 +62,11 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	if ss == nil {
 		return admission.Allowed("no StatefulSingleton selects this pod")
 	}
-	mutated := podmutation.Mutate(pod, ss, m.Config)
+	cfg := m.Config
+	if m.GrantCA != nil {
+		cfg.GrantCA = m.GrantCA()
+	}
+	mutated := podmutation.Mutate(pod, ss, cfg)
 	raw, err := json.Marshal(mutated)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)

@@ -35,6 +35,13 @@ import (
 
 var k8s client.Client
 
+// The grant CA Secret of these tests, in the webhook server's namespace.
+const (
+	grantNamespace = "webhook-system"
+	grantCA1       = "-----BEGIN CERTIFICATE-----\nfirst\n-----END CERTIFICATE-----\n"
+	grantCA2       = "-----BEGIN CERTIFICATE-----\nrotated\n-----END CERTIFICATE-----\n"
+)
+
 func TestMain(m *testing.M) {
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "singleton-operator", "config", "crd", "bases")},
@@ -60,11 +67,26 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			panic(err)
 		}
+		// The grant CA comes from the operator's Secret, read through the API (--grant-ca-secret).
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			panic(err)
+		}
+		if err := direct.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: grantNamespace}}); err != nil {
+			panic(err)
+		}
+		if err := direct.Create(context.Background(), &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: grantNamespace, Name: "grant-cert"},
+			Data:       map[string][]byte{"ca.crt": []byte(grantCA1)},
+		}); err != nil {
+			panic(err)
+		}
 		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 		fs.String("webhook-cert-path", "", "")
 		c := &server.Config{}
 		c.AddFlags(fs)
-		if err := fs.Parse([]string{"--webhook-cert-path=" + wio.LocalServingCertDir, "--wrapper-image=w:1", "--sidecar-image=s:1", "--grant-url=https://grant/v1/grant"}); err != nil {
+		if err := fs.Parse([]string{"--webhook-cert-path=" + wio.LocalServingCertDir, "--sidecar-image=s:1", "--grant-url=https://grant/v1/grant",
+			"--grant-ca-secret=grant-cert", "--cert-namespace=" + grantNamespace}); err != nil {
 			panic(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -127,11 +149,12 @@ func TestAMatchingPodIsMutatedAndAcceptedByTheAPIServer(t *testing.T) {
 	assert.Contains(t, pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: singletonv1.ReadinessGate})
 	assert.Equal(t, int64(120), *pod.Spec.TerminationGracePeriodSeconds)
 	require.Len(t, pod.Spec.Containers, 2)
-	assert.Equal(t, []string{singletonv1.WrapperBinary}, pod.Spec.Containers[0].Command)
-	assert.Equal(t, "status-sidecar", pod.Spec.Containers[1].Name)
-	assert.Equal(t, "s:1", pod.Spec.Containers[1].Image)
-	require.Len(t, pod.Spec.InitContainers, 1)
-	assert.Equal(t, "w:1", pod.Spec.InitContainers[0].Image)
+	// The sidecar first (its postStart hook installs the wrapper before the app starts), no init container.
+	assert.Equal(t, "status-sidecar", pod.Spec.Containers[0].Name)
+	assert.Equal(t, "s:1", pod.Spec.Containers[0].Image)
+	assert.Equal(t, []string{singletonv1.WrapperBinary}, pod.Spec.Containers[1].Command)
+	assert.Empty(t, pod.Spec.InitContainers)
+	assert.Equal(t, grantCA1, sidecarEnv(pod, "GRANT_CA"), "the sidecar trusts the CA of the operator's grant Secret")
 	assert.Empty(t, pod.Spec.SchedulingGates)
 }
 
@@ -198,4 +221,40 @@ func TestOverlappingSingletonsTheOldestWins(t *testing.T) {
 		assert.Equal(t, "zz-older", pod.Labels[singletonv1.LabelSingleton])
 		assert.Equal(t, "SchedulingGate", pod.Annotations[singletonv1.AnnotationHoldMode])
 	}
+}
+
+func sidecarEnv(pod *corev1.Pod, name string) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name != singletonv1.SidecarContainerName {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name == name {
+				return e.Value
+			}
+		}
+	}
+	return ""
+}
+
+// When the operator's grant CA rotates, pods admitted afterwards get the new CA: the webhook follows
+// the Secret through the API, no restart and no volume refresh needed.
+func TestTheGrantCAFollowsTheOperatorsSecret(t *testing.T) {
+	ns := newNamespace(t)
+	newSingleton(t, ns, "db", singletonv1.HoldModeWrapper, map[string]string{"app": "db"})
+	secret := &corev1.Secret{}
+	require.NoError(t, k8s.Get(t.Context(), client.ObjectKey{Namespace: grantNamespace, Name: "grant-cert"}, secret))
+	secret.Data["ca.crt"] = []byte(grantCA2)
+	require.NoError(t, k8s.Update(t.Context(), secret))
+	t.Cleanup(func() {
+		secret.Data["ca.crt"] = []byte(grantCA1)
+		_ = k8s.Update(context.Background(), secret)
+	})
+	i := 0
+	require.Eventually(t, func() bool {
+		i++
+		pod := newPod(ns, fmt.Sprintf("db-%d", i), map[string]string{"app": "db"}, "/bin/server")
+		require.NoError(t, k8s.Create(t.Context(), pod))
+		return sidecarEnv(pod, "GRANT_CA") == grantCA2
+	}, 10*time.Second, 50*time.Millisecond)
 }

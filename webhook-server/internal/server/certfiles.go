@@ -21,6 +21,20 @@ import (
 // generated; with the files written here a replica is ready seconds after the Secret is. The webhook
 // server's certificate watcher reloads the files on change.
 func addCertFileSync(mgr ctrl.Manager, key client.ObjectKey, dir string) error {
+	log := logf.Log.WithName("cert-files")
+	return followSecret(mgr, key, func(secret *corev1.Secret) {
+		if len(secret.Data[corev1.TLSCertKey]) == 0 || len(secret.Data[corev1.TLSPrivateKeyKey]) == 0 {
+			return
+		}
+		if err := writeCertFiles(dir, secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
+			log.Error(err, "Writing the serving certificate", "dir", dir)
+		}
+	})
+}
+
+// followSecret calls f with the Secret key whenever it is created or changes, through a watch of that
+// one Secret (the webhook server's RBAC on Secrets is a Role in its own namespace), on every replica.
+func followSecret(mgr ctrl.Manager, key client.ObjectKey, f func(*corev1.Secret)) error {
 	c, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme:            mgr.GetScheme(),
 		Mapper:            mgr.GetRESTMapper(),
@@ -36,14 +50,9 @@ func addCertFileSync(mgr ctrl.Manager, key client.ObjectKey, dir string) error {
 	if err != nil {
 		return err
 	}
-	log := logf.Log.WithName("cert-files")
 	write := func(obj any) {
-		secret, ok := obj.(*corev1.Secret)
-		if !ok || len(secret.Data[corev1.TLSCertKey]) == 0 || len(secret.Data[corev1.TLSPrivateKeyKey]) == 0 {
-			return
-		}
-		if err := writeCertFiles(dir, secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey]); err != nil {
-			log.Error(err, "Writing the serving certificate", "dir", dir)
+		if secret, ok := obj.(*corev1.Secret); ok {
+			f(secret)
 		}
 	}
 	if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{

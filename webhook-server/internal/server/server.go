@@ -9,6 +9,10 @@
 //     server's default certificate directory (an emptyDir); the webhook server starts — and /readyz
 //     passes — only once the certificate is there and the CA injected, so the Service never routes an
 //     admission request to a replica without it.
+//
+// The CA the status-sidecars trust for the singleton operator's grant endpoint comes from
+// --grant-ca-file (local runs) or, in the cluster, from the ca.crt of the operator's rotated Secret
+// (--grant-ca-secret), read through the API and followed as it rotates.
 package server
 
 import (
@@ -18,10 +22,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -47,6 +54,8 @@ type Config struct {
 	// Mutation names the images and grant endpoint injected into Wrapper-mode pods.
 	Mutation      podmutation.Config
 	grantCAFile   string
+	grantCASecret string
+	grantCA       grantCA
 	certNamespace string
 	certSecret    string
 	serviceName   string
@@ -57,13 +66,14 @@ type Config struct {
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.fs = fs
 	v := version.Get()
-	fs.StringVar(&c.Mutation.WrapperImage, "wrapper-image", "statefulops/singleton-wrapper:"+v,
-		"Image whose /singleton-wrapper the init container copies into Wrapper-mode pods.")
+	fs.String("wrapper-image", "", "Unused: the status-sidecar installs the wrapper itself (its postStart hook), so pods need no init container.")
+	_ = fs.MarkDeprecated("wrapper-image", "the status-sidecar image now also provides the wrapper; the flag is ignored")
 	fs.StringVar(&c.Mutation.SidecarImage, "sidecar-image", "statefulops/status-sidecar:"+v,
-		"Image of the status-sidecar container of Wrapper-mode pods.")
+		"Image of the status-sidecar container of Wrapper-mode pods; its binary is also the app containers' entrypoint wrapper.")
 	fs.StringVar(&c.Mutation.GrantURL, "grant-url", "https://singleton-operator-grant.singleton-operator-system.svc/v1/grant",
 		"The singleton operator's grant endpoint, long-polled by the status-sidecar.")
-	fs.StringVar(&c.grantCAFile, "grant-ca-file", "", "PEM CA bundle the status-sidecar trusts for --grant-url; empty means the system roots. In the cluster the webhook waits until the file exists (the singleton operator's rotated grant-cert Secret, mounted optional).")
+	fs.StringVar(&c.grantCAFile, "grant-ca-file", "", "PEM CA bundle the status-sidecar trusts for --grant-url (local runs); empty: --grant-ca-secret, else the system roots.")
+	fs.StringVar(&c.grantCASecret, "grant-ca-secret", "", "Secret of --cert-namespace whose ca.crt the status-sidecar trusts for --grant-url (the singleton operator's rotated grant-cert Secret), read through the API and followed as it rotates; the webhook serves only once it holds a CA.")
 	fs.StringVar(&c.certNamespace, "cert-namespace", os.Getenv("POD_NAMESPACE"),
 		"Namespace of the certificate Secret and the webhook Service (default: $POD_NAMESPACE). Unused with --webhook-cert-path.")
 	fs.StringVar(&c.certSecret, "cert-secret", "webhook-server-cert", "Secret in which the certificate rotator keeps the CA and serving certificate.")
@@ -90,19 +100,36 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	}
 
 	register := func() {
-		if c.grantCAFile != "" {
+		mutator := &podwebhook.Mutator{
+			Reader:  mgr.GetClient(),
+			Decoder: admission.NewDecoder(mgr.GetScheme()),
+			Config:  c.Mutation,
+		}
+		switch {
+		case c.grantCAFile != "":
 			ca, err := os.ReadFile(c.grantCAFile)
 			if err != nil || len(ca) == 0 {
 				// Only reached in loopback mode; in the cluster afterReady waited for the file.
 				mgr.GetLogger().Error(err, "Reading --grant-ca-file; the status-sidecars will trust the system roots", "file", c.grantCAFile)
 			}
-			c.Mutation.GrantCA = string(ca)
+			mutator.Config.GrantCA = string(ca)
+		case c.grantCASecret != "":
+			mutator.GrantCA = c.grantCA.get
 		}
-		mgr.GetWebhookServer().Register(podwebhook.Path, &webhook.Admission{Handler: &podwebhook.Mutator{
-			Reader:  mgr.GetClient(),
-			Decoder: admission.NewDecoder(mgr.GetScheme()),
-			Config:  c.Mutation,
-		}})
+		mgr.GetWebhookServer().Register(podwebhook.Path, &webhook.Admission{Handler: mutator})
+	}
+	// The grant CA from the operator's Secret, in both certificate modes (cert-manager's overlay serves
+	// a mounted certificate but still reads the grant CA through the API).
+	var caKnown <-chan struct{}
+	if c.grantCAFile == "" && c.grantCASecret != "" {
+		if c.certNamespace == "" {
+			return errors.New("--cert-namespace (or $POD_NAMESPACE) is required with --grant-ca-secret")
+		}
+		c.grantCA.known = make(chan struct{})
+		caKnown = c.grantCA.known
+		if err := followSecret(mgr, types.NamespacedName{Namespace: c.certNamespace, Name: c.grantCASecret}, c.grantCA.set); err != nil {
+			return fmt.Errorf("following the grant CA Secret: %w", err)
+		}
 	}
 	if c.fs.Lookup("webhook-cert-path").Value.String() != "" {
 		if c.grantCAFile != "" {
@@ -110,8 +137,13 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 				return fmt.Errorf("reading --grant-ca-file: %w", err)
 			}
 		}
-		register()
-		return nil
+		if caKnown == nil {
+			register()
+			return nil
+		}
+		certReady := make(chan struct{})
+		close(certReady) // the given certificate is served as it is
+		return mgr.Add(&afterReady{ready: certReady, caKnown: caKnown, run: register})
 	}
 	if c.certNamespace == "" {
 		return errors.New("--cert-namespace (or $POD_NAMESPACE) is required when the certificate is rotated in the cluster (no --webhook-cert-path)")
@@ -140,7 +172,7 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return fmt.Errorf("adding the certificate rotator: %w", err)
 	}
-	return mgr.Add(&afterReady{ready: ready, caFile: c.grantCAFile, run: register})
+	return mgr.Add(&afterReady{ready: ready, caFile: c.grantCAFile, caKnown: caKnown, run: register})
 }
 
 // defaultCertDir is where controller-runtime's webhook server reads its certificate when no directory is
@@ -149,14 +181,14 @@ func defaultCertDir() string {
 	return filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 }
 
-// afterReady runs a function once the certificate is ready and, when caFile is set, the grant CA file
-// (the singleton operator's rotated Secret, mounted optional) is there; on every replica, leader or not.
-// Until then the webhook server does not start and /readyz fails, so no pod is admitted with a sidecar
-// that could not verify the grant endpoint.
+// afterReady runs a function once the certificate is ready and the grant CA is known (caKnown closed,
+// or the file caFile exists); on every replica, leader or not. Until then the webhook server does not
+// start and /readyz fails, so no pod is admitted with a sidecar that could not verify the grant endpoint.
 type afterReady struct {
-	ready  <-chan struct{}
-	caFile string
-	run    func()
+	ready   <-chan struct{}
+	caFile  string
+	caKnown <-chan struct{}
+	run     func()
 }
 
 func (a *afterReady) Start(ctx context.Context) error {
@@ -164,6 +196,13 @@ func (a *afterReady) Start(ctx context.Context) error {
 	case <-a.ready:
 	case <-ctx.Done():
 		return nil
+	}
+	if a.caKnown != nil {
+		select {
+		case <-a.caKnown:
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	if a.caFile != "" {
 		if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(context.Context) (bool, error) {
@@ -178,3 +217,26 @@ func (a *afterReady) Start(ctx context.Context) error {
 }
 
 func (a *afterReady) NeedLeaderElection() bool { return false }
+
+// grantCA is the CA of the singleton operator's grant endpoint, as its rotated Secret holds it now.
+type grantCA struct {
+	pem   atomic.Pointer[string]
+	once  sync.Once
+	known chan struct{} // closed once a CA is held
+}
+
+func (g *grantCA) set(secret *corev1.Secret) {
+	ca := string(secret.Data["ca.crt"])
+	if ca == "" {
+		return // the operator's rotator has not filled it yet
+	}
+	g.pem.Store(&ca)
+	g.once.Do(func() { close(g.known) })
+}
+
+func (g *grantCA) get() string {
+	if p := g.pem.Load(); p != nil {
+		return *p
+	}
+	return ""
+}

@@ -38,7 +38,9 @@ const (
 
 	// SidecarContainerName is the container that waits for the start grant (seed 000's name).
 	SidecarContainerName = "status-sidecar"
-	// WrapperInitContainerName copies the singleton-wrapper binary into the pod.
+	// WrapperInitContainerName is the init container that copied the singleton-wrapper binary into pods
+	// admitted by earlier webhooks; the status-sidecar's postStart hook does it now. Still recognised as a
+	// wrapped pod.
 	WrapperInitContainerName = "singleton-wrapper-install"
 	// SignalVolumeName is the emptyDir shared by the sidecar (read-write) and the app containers (read-only).
 	SignalVolumeName = "statefulsingleton-signal"

@@ -39,6 +39,9 @@ const (
 	ReasonPodTransition = "PodTransition"
 	// ReasonTransitionTimeout: a transition exceeded maxTransitionTime (seed Event reason).
 	ReasonTransitionTimeout = "TransitionTimeout"
+	// ReasonHoldFallback: a pod of a Wrapper singleton was admitted with the scheduling gate instead
+	// (Event on the pod; the annotation apps.statefulsingleton.com/hold-fallback-reason says why).
+	ReasonHoldFallback = "HoldFallback"
 	// ReasonActive: the Ready condition's reason when a pod is active and nothing is pending.
 	ReasonActive = "Active"
 	// ReasonNoPods: no pod matches the selector.

@@ -1,4 +1,4 @@
-package main
+package wrapper
 
 import (
 	"testing"
@@ -23,6 +23,6 @@ func TestExpandFollowsTheKubeletRules(t *testing.T) {
 		"a b,c\"d'":  "a b,c\"d'",
 		"$(A)$(A)$$": "11$",
 	} {
-		assert.Equal(t, want, expand(in, lookup), "expand(%q)", in)
+		assert.Equal(t, want, Expand(in, lookup), "expand(%q)", in)
 	}
 }

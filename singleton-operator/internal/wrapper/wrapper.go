@@ -1,0 +1,190 @@
+// Package wrapper is the entrypoint of every app container of a StatefulSingleton pod in Wrapper hold
+// mode. It blocks until the pod's status-sidecar writes the start signal (/var/run/signal/start-signal),
+// then replaces itself with the container's original command (execve): the app becomes the container's
+// main process, receives its signals directly and its exit code is the container's.
+//
+// The original argv comes from ORIGINAL_ENTRYPOINT, a JSON array of strings written by the admission
+// webhook. The webhook doubles every $ so the kubelet passes the JSON verbatim; the wrapper then
+// expands $(VAR) references with the kubelet's rules, so the app gets the argv it would have got
+// unwrapped — spaces, quotes and commas included — and no shell is needed in the image.
+//
+// Fail closed: without the signal file the app never starts. A missing or malformed ORIGINAL_ENTRYPOINT
+// or signal directory is an error (exit 126); SIGTERM or SIGINT before the grant exits with 143 or 130.
+//
+// The code is shared by two binaries: cmd/singleton-wrapper, and cmd/status-sidecar, which copies itself
+// into the pod (its postStart hook, `status-sidecar install-wrapper <path>`) and runs as the wrapper when
+// started under the name singleton-wrapper — so the pod needs no init container.
+package wrapper
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/fsnotify/fsnotify"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	"github.com/statefulops/statefulops/shared/podmutation"
+)
+
+// envSignalFile overrides the start-signal path (tests run the wrapper outside a pod).
+const envSignalFile = "STATEFULSINGLETON_SIGNAL_FILE"
+
+// Main runs the wrapper: it never returns. With the arguments "install <path>" it copies its own binary
+// to <path> instead.
+func Main() {
+	if len(os.Args) == 3 && os.Args[1] == "install" {
+		if err := Install(os.Args[2]); err != nil {
+			fail("installing the wrapper: %v", err)
+		}
+		os.Exit(0)
+	}
+	if len(os.Args) != 1 {
+		fail("usage: singleton-wrapper (the argv comes from %s) | singleton-wrapper install <path>", singletonv1.EnvOriginalEntrypoint)
+	}
+	argv, err := podmutation.OriginalArgv(os.Getenv(singletonv1.EnvOriginalEntrypoint))
+	if err != nil {
+		fail("%v", err)
+	}
+	for i := range argv {
+		argv[i] = Expand(argv[i], os.LookupEnv)
+	}
+	path, err := lookPath(argv[0])
+	if err != nil {
+		fail("%v", err)
+	}
+	signalFile := singletonv1.StartSignalFile
+	if f := os.Getenv(envSignalFile); f != "" {
+		signalFile = f
+	}
+	fmt.Fprintf(os.Stderr, "StatefulSingleton: waiting for the start grant (%s) before running %q\n", signalFile, argv)
+	if err := waitForFile(signalFile); err != nil {
+		fail("waiting for the start signal: %v", err)
+	}
+	// exec: the app replaces the wrapper as the container's process.
+	err = syscall.Exec(path, argv, os.Environ())
+	fail("executing %s: %v", path, err)
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "StatefulSingleton wrapper: "+format+"\n", args...)
+	os.Exit(126)
+}
+
+// lookPath resolves argv[0] like the container runtime does: as given when it contains a slash,
+// otherwise through the container's PATH.
+func lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	return exec.LookPath(name)
+}
+
+// waitForFile returns once path exists. It watches the directory with inotify (no polling), so it
+// returns as soon as the file is created or renamed into place. SIGTERM and SIGINT end the process.
+func waitForFile(path string) error {
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer watcher.Close()
+	if err := watcher.Add(filepath.Dir(path)); err != nil {
+		return err
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stop)
+	// Checked after the watch is in place, so a file created in between is not missed.
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	for {
+		select {
+		case ev, ok := <-watcher.Events:
+			if !ok {
+				return errors.New("the watch ended")
+			}
+			if filepath.Clean(ev.Name) != filepath.Clean(path) {
+				continue
+			}
+			if _, err := os.Stat(path); err == nil {
+				return nil
+			}
+		case err := <-watcher.Errors:
+			return err
+		case s := <-stop:
+			fmt.Fprintf(os.Stderr, "StatefulSingleton: %v before the start grant; the app never started\n", s)
+			os.Exit(128 + int(s.(syscall.Signal)))
+		}
+	}
+}
+
+// Expand replaces $(NAME) by the value of NAME when it is defined and turns $$ into $, leaving anything
+// else as it is — the kubelet's rules for command and args.
+func Expand(s string, lookup func(string) (string, bool)) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			ref := s[i : i+3+end]
+			if v, ok := lookup(s[i+2 : i+2+end]); ok && end > 0 {
+				b.WriteString(v)
+			} else {
+				b.WriteString(ref)
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// Install copies the running binary to dst (via a temporary file and a rename, so a concurrent reader
+// never sees half a binary, and a wrapper already running from dst keeps its inode) with mode 0755.
+func Install(dst string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".singleton-wrapper-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, in); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
