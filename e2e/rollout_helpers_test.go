@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -25,6 +26,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -153,14 +155,23 @@ type prometheus struct {
 	done chan struct{}
 }
 
+// startPrometheusFor starts Prometheus scraping one static target.
 func startPrometheusFor(t *testing.T, target string) *prometheus {
+	t.Helper()
+	return startPrometheusWith(t, fmt.Sprintf("  - job_name: app\n    static_configs:\n      - targets: [%q]\n", target))
+}
+
+// startPrometheusWith starts Prometheus on loopback with the given scrape_configs entries (YAML list
+// items indented by two spaces), a 200ms scrape interval and a 2s lookback, so a series of a pod that
+// is gone turns stale within seconds.
+func startPrometheusWith(t *testing.T, scrapeConfigs string) *prometheus {
 	t.Helper()
 	if _, err := os.Stat("/usr/bin/prometheus"); err != nil {
 		t.Fatalf("/usr/bin/prometheus missing (apt-get install -y prometheus): %v", err)
 	}
 	p := &prometheus{t: t, dir: t.TempDir(), port: freePort(t)}
 	p.url = fmt.Sprintf("http://127.0.0.1:%d", p.port)
-	cfg := fmt.Sprintf("global:\n  scrape_interval: 200ms\n  scrape_timeout: 150ms\nscrape_configs:\n  - job_name: app\n    static_configs:\n      - targets: [%q]\n", target)
+	cfg := "global:\n  scrape_interval: 200ms\n  scrape_timeout: 150ms\nscrape_configs:\n" + scrapeConfigs
 	require.NoError(t, os.WriteFile(filepath.Join(p.dir, "prometheus.yml"), []byte(cfg), 0o600))
 	p.start()
 	t.Cleanup(p.stop)
@@ -213,8 +224,9 @@ func (p *prometheus) stop() {
 type queryRecord struct {
 	at      time.Time // when the answer went back to the operator
 	query   string
-	samples int  // samples in the result
-	ok      bool // a 200 answer with a parsable result
+	samples int    // samples in the result
+	ok      bool   // a 200 answer with a parsable result
+	auth    string // the Authorization header the operator sent
 }
 
 // recordingProxy forwards the operator's queries to Prometheus and records them and their results.
@@ -225,6 +237,13 @@ type recordingProxy struct {
 }
 
 func newRecordingProxy(t *testing.T, upstream string) *recordingProxy {
+	t.Helper()
+	return newRecordingProxyOn(t, upstream, "127.0.0.1:0")
+}
+
+// newRecordingProxyOn is newRecordingProxy listening on addr (e.g. the host's address on the real
+// node's bridge, so an operator running as a pod reaches it).
+func newRecordingProxyOn(t *testing.T, upstream, addr string) *recordingProxy {
 	t.Helper()
 	up, err := url.Parse(upstream)
 	require.NoError(t, err)
@@ -246,7 +265,7 @@ func newRecordingProxy(t *testing.T, upstream string) *recordingProxy {
 				Result json.RawMessage `json:"result"`
 			} `json:"data"`
 		}
-		rec := queryRecord{at: time.Now(), query: queryOf(resp.Request)}
+		rec := queryRecord{at: time.Now(), query: queryOf(resp.Request), auth: resp.Request.Header.Get("Authorization")}
 		if resp.StatusCode == http.StatusOK && json.Unmarshal(body, &parsed) == nil && parsed.Status == "success" {
 			var result []json.RawMessage
 			if json.Unmarshal(parsed.Data.Result, &result) == nil {
@@ -265,7 +284,7 @@ func newRecordingProxy(t *testing.T, upstream string) *recordingProxy {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 	}
 	// client_golang POSTs the query as a form: read it here (the proxied request keeps its body).
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("Accept-Encoding") // an uncompressed answer, so the hook can parse it
 		if err := r.ParseForm(); err == nil {
 			r.Header.Set(queryHeader, r.Form.Get("query"))
@@ -274,6 +293,11 @@ func newRecordingProxy(t *testing.T, upstream string) *recordingProxy {
 		}
 		proxy.ServeHTTP(w, r)
 	}))
+	ln, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	_ = srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
 	t.Cleanup(srv.Close)
 	rp.url = srv.URL
 	return rp
@@ -447,6 +471,12 @@ func createPhasedRollout(t *testing.T, ns, name, sts, promURL string, threshold,
 	for k, v := range extra {
 		spec[k] = v
 	}
+	createPhasedRolloutSpec(t, ns, name, spec)
+}
+
+// createPhasedRolloutSpec creates a PhasedRollout with the given spec.
+func createPhasedRolloutSpec(t *testing.T, ns, name string, spec map[string]any) {
+	t.Helper()
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "sts.plus/v1alpha1", "kind": "PhasedRollout",
 		"metadata": map[string]any{"name": name}, "spec": spec,
@@ -499,4 +529,92 @@ func rolloutPercentile(ds []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	i := (len(s)*p + 99) / 100
 	return s[max(i-1, 0)]
+}
+
+// podRevisions records, per pod, when each revision label was first seen and when the pod was
+// deleted (deletionTimestamp set or gone).
+type podRevisions struct {
+	mu      sync.Mutex
+	seen    map[string]map[string]time.Time
+	deleted map[string][]time.Time
+}
+
+func watchPodRevisions(t *testing.T, ns string) *podRevisions {
+	t.Helper()
+	w, err := client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	pr := &podRevisions{seen: map[string]map[string]time.Time{}, deleted: map[string][]time.Time{}}
+	go func() {
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			now := time.Now()
+			pr.mu.Lock()
+			if ev.Type == watch.Deleted || !pod.DeletionTimestamp.IsZero() {
+				pr.deleted[pod.Name] = append(pr.deleted[pod.Name], now)
+			} else if rev := pod.Labels[appsv1.ControllerRevisionHashLabelKey]; rev != "" {
+				if pr.seen[pod.Name] == nil {
+					pr.seen[pod.Name] = map[string]time.Time{}
+				}
+				if _, ok := pr.seen[pod.Name][rev]; !ok {
+					pr.seen[pod.Name][rev] = now
+				}
+			}
+			pr.mu.Unlock()
+		}
+	}()
+	return pr
+}
+
+// firstSeen returns when pod was first seen on revision rev.
+func (p *podRevisions) firstSeen(pod, rev string) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.seen[pod][rev]
+	return at, ok
+}
+
+// deletedBetween reports whether pod was being deleted at some point in [from, to].
+func (p *podRevisions) deletedBetween(pod string, from, to time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, at := range p.deleted[pod] {
+		if !at.Before(from) && !at.After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// stsUpdateRevisionOf returns the StatefulSet's status.updateRevision.
+func stsUpdateRevisionOf(t *testing.T, ns, name string) string {
+	t.Helper()
+	sts, err := client.AppsV1().StatefulSets(ns).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return sts.Status.UpdateRevision
+}
+
+// revisionsSince returns the revisions pod was first seen on at or after from, in time order.
+func (p *podRevisions) revisionsSince(pod string, from time.Time) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var revs []string
+	for rev, at := range p.seen[pod] {
+		if !at.Before(from) {
+			revs = append(revs, rev)
+		}
+	}
+	slices.SortFunc(revs, func(a, b string) int { return p.seen[pod][a].Compare(p.seen[pod][b]) })
+	return revs
+}
+
+// stsCurrentRevisionOf returns the StatefulSet's status.currentRevision.
+func stsCurrentRevisionOf(t *testing.T, ns, name string) string {
+	t.Helper()
+	sts, err := client.AppsV1().StatefulSets(ns).Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return sts.Status.CurrentRevision
 }

@@ -2,7 +2,11 @@
 package main
 
 import (
+	"context"
+
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/statefulops/statefulops/rollout-operator/internal/controller"
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
@@ -16,11 +20,18 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {
+	var opts controller.Options
 	manager.Main(manager.Options{
 		Name:             "rollout-operator",
 		Short:            "Runs PhasedRollout: StatefulSet updates one pod at a time, gated by Prometheus checks.",
 		LeaderElectionID: "304add93.sts.plus",
 		Schemes:          []func(*runtime.Scheme) error{rolloutv1alpha1.AddToScheme},
-		Setup:            controller.Setup,
+		Flags: func(fs *pflag.FlagSet) {
+			fs.StringVar(&opts.SecretReaderClusterRole, "secret-reader-cluster-role", controller.DefaultSecretReaderClusterRole,
+				"ClusterRole granting get on Secrets that the operator binds in the namespaces whose PhasedRollouts name a credentials Secret")
+		},
+		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
+			return controller.SetupWithOptions(ctx, mgr, opts)
+		},
 	})
 }

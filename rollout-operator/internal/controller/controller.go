@@ -10,19 +10,22 @@
 // partition and the status), a new step starts with no passes. The partition is written as an
 // absolute value, so replaying a write never moves it twice. A check that cannot be evaluated is a
 // failed check.
+//
+// Files: controller.go (setup, reconcile, revision decisions), step.go (the step machine and its
+// checks), adopt_scale.go (adopting a rollout under way, scale-ups during a rollout), finalize.go
+// (deletion), status.go (conditions), secretaccess.go (per-namespace Secret access through
+// RoleBindings), prometheus.go (the Prometheus client), metrics.go.
 package controller
 
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
@@ -43,7 +46,6 @@ import (
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 const (
 	indexTarget = "spec.targetRef" // PhasedRollout → the StatefulSet it manages
@@ -65,6 +67,8 @@ type Reconciler struct {
 	Checker Checker
 	// QueryTimeout bounds one check.
 	QueryTimeout time.Duration
+	// SecretAccess grants the operator read access to Secrets in a namespace before it reads one.
+	SecretAccess *SecretAccess
 }
 
 // Options adjust Setup for tests.
@@ -73,6 +77,12 @@ type Options struct {
 	Checker Checker
 	// QueryTimeout bounds one check; zero means 10 seconds.
 	QueryTimeout time.Duration
+	// SecretReaderClusterRole is the ClusterRole bound in the namespaces whose PhasedRollouts name a
+	// credentials Secret; empty means DefaultSecretReaderClusterRole.
+	SecretReaderClusterRole string
+	// Subject is the operator's identity in those RoleBindings; nil means "ask the API server"
+	// (SelfSubjectReview).
+	Subject *rbacv1.Subject
 }
 
 // Setup registers the PhasedRollout controller with the manager, with its defaults.
@@ -102,6 +112,24 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	}
 	if r.QueryTimeout <= 0 {
 		r.QueryTimeout = 10 * time.Second
+	}
+	access := &SecretAccess{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterRole: opts.SecretReaderClusterRole}
+	if access.ClusterRole == "" {
+		access.ClusterRole = DefaultSecretReaderClusterRole
+	}
+	if opts.Subject != nil {
+		access.Subject = *opts.Subject
+	} else {
+		// The manager's client does not read from its cache before it starts, and this one writes.
+		subject, err := Self(ctx, mgr.GetClient())
+		if err != nil {
+			return err
+		}
+		access.Subject = subject
+	}
+	r.SecretAccess = access
+	if err := setupSecretAccess(mgr, access); err != nil {
+		return err
 	}
 	byTarget := func(ctx context.Context, ns, sts string) []reconcile.Request {
 		var list rolloutv1alpha1.PhasedRolloutList
@@ -274,6 +302,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 	target := sts.Status.UpdateRevision
 	inRollout := pr.Status.UpdateRevision == target &&
 		(pr.Status.Phase == rolloutv1alpha1.PhaseRolling || pr.Status.Phase == rolloutv1alpha1.PhaseVerifying)
+	prevReplicas := pr.Status.Replicas
+	pr.Status.Replicas = ptr.To(replicas)
+	if prevReplicas != nil && replicas > *prevReplicas && pr.Status.UpdateRevision == target && sts.Status.CurrentRevision != target &&
+		(inRollout || pr.Status.Phase == rolloutv1alpha1.PhaseFailed) {
+		if err := r.scaledUp(ctx, s, *prevReplicas, replicas); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	switch {
 	case inRollout:
 		return r.step(ctx, s, replicas)
@@ -288,14 +324,29 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 		return r.step(ctx, s, replicas)
 	case sts.Status.CurrentRevision != target:
 		// A new revision (or a second update during a rollout): start over from the highest ordinal,
-		// so no pod moves to the newest revision unchecked.
-		if err := r.applyPartition(ctx, pr, sts, replicas, true); err != nil {
+		// so no pod moves to the newest revision unchecked. A PhasedRollout created during a rollout
+		// the StatefulSet controller already started freezes it where it is instead.
+		partition := replicas
+		if pr.Status.Phase == "" {
+			adopted, err := r.adoptablePartition(ctx, sts, replicas, target)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if adopted < replicas {
+				partition = adopted
+				pr.Status.AdoptedPartition = ptr.To(adopted)
+				s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventRolloutAdopted,
+					"StatefulSet %s was already rolling to revision %s: the pods from ordinal index %d up were rolled without checks before this PhasedRollout existed; the partition is frozen at %d and every further step is checked",
+					sts.Name, target, adopted, adopted)
+			}
+		}
+		if err := r.applyPartition(ctx, pr, sts, partition, true); err != nil {
 			return reconcile.Result{}, err
 		}
 		pr.Status.UpdateRevision = target
 		pr.Status.RolloutStartTime = ptr.To(metav1.NewTime(s.now))
 		pr.Status.RolloutEndTime = nil
-		pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(replicas)}
+		pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(partition)}
 		pr.Status.LastQueryResult = ""
 		pr.Status.LastError = ""
 		s.setPhase(rolloutv1alpha1.PhaseRolling, "rolling StatefulSet %s to revision %s", sts.Name, target)
@@ -350,237 +401,6 @@ func podsAllOn(ctx context.Context, r *Reconciler, sts *appsv1.StatefulSet, rev 
 		}
 	}
 	return true
-}
-
-// step runs the current rollout step: wait for the rolled pod, for all pods, for the delay, then
-// check; move the partition after successThreshold consecutive passes.
-func (r *Reconciler) step(ctx context.Context, s *scope, replicas int32) (reconcile.Result, error) {
-	pr, sts := s.pr, s.sts
-	check := pr.Spec.Check
-	partition := int32(0) // an unset partition is 0
-	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
-		partition = min(*ru.Partition, replicas)
-	}
-	st := pr.Status.RollingPodStatus
-	if st == nil || st.Partition == nil || *st.Partition != partition {
-		// A step belongs to one partition value: a partition the status does not record (the operator
-		// stopped between the two writes, or someone else moved it) starts a new step with no passes.
-		st = &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(partition)}
-		pr.Status.RollingPodStatus = st
-	}
-	start := int32(0)
-	if sts.Spec.Ordinals != nil {
-		start = sts.Spec.Ordinals.Start
-	}
-	// The pod the checks judge: the one rolled by the last partition move, or, before the first
-	// move, the first one to roll.
-	index := max(min(partition, replicas-1), 0)
-	st.Pod = fmt.Sprintf("%s-%d", sts.Name, start+index)
-	if partition == 0 {
-		pr.Status.Phase = rolloutv1alpha1.PhaseVerifying
-		pr.Status.Message = fmt.Sprintf("every pod is on revision %s; verifying the last pod %s", pr.Status.UpdateRevision, st.Pod)
-	} else {
-		pr.Status.Phase = rolloutv1alpha1.PhaseRolling
-		pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts.Name, pr.Status.UpdateRevision, partition)
-	}
-
-	pods, err := r.pods(ctx, sts)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	minReady := time.Duration(sts.Spec.MinReadySeconds) * time.Second
-	resetAnalysis := func(state rolloutv1alpha1.RollingPodState) {
-		st.Status = state
-		st.AnalisysStartTime = nil
-		st.ConsecutiveSuccessfulChecks = 0
-	}
-	if partition < replicas {
-		p, ok := pods[st.Pod]
-		if !ok || p.Labels[appsv1.ControllerRevisionHashLabelKey] != pr.Status.UpdateRevision || !available(p, minReady, s.now) {
-			resetAnalysis(rolloutv1alpha1.StepWaitForPodToBeUpdated)
-			return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
-		}
-	}
-	availableCount := int32(0)
-	for _, p := range pods {
-		if available(p, minReady, s.now) {
-			availableCount++
-		}
-	}
-	if availableCount < replicas {
-		resetAnalysis(rolloutv1alpha1.StepWaitForAllPodsToBeAvailable)
-		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
-	}
-	if st.AnalisysStartTime == nil {
-		delay := time.Duration(ptr.Deref(check.InitialDelaySeconds, 60)) * time.Second
-		st.AnalisysStartTime = ptr.To(metav1.NewTime(ceilSecond(s.now.Add(delay))))
-	}
-	if wait := st.AnalisysStartTime.Sub(s.now); wait > 0 {
-		st.Status = rolloutv1alpha1.StepWaitForInitialDelay
-		return reconcile.Result{RequeueAfter: wait}, nil
-	}
-	period := time.Duration(max(check.PeriodSeconds, 1)) * time.Second
-	if st.LastCheckTime != nil {
-		if wait := st.LastCheckTime.Add(period).Sub(s.now); wait > 0 {
-			if st.Status != rolloutv1alpha1.StepPrometheusError {
-				st.Status = rolloutv1alpha1.StepWaitForChecks
-			}
-			return reconcile.Result{RequeueAfter: wait}, nil
-		}
-	}
-	return r.runCheck(ctx, s, replicas, partition, start+index)
-}
-
-// runCheck runs one check of the current step and acts on its result.
-func (r *Reconciler) runCheck(ctx context.Context, s *scope, replicas, partition, ordinal int32) (reconcile.Result, error) {
-	pr, sts, st := s.pr, s.sts, s.pr.Status.RollingPodStatus
-	check := pr.Spec.Check
-	threshold := max(check.SuccessThreshold, 1)
-	period := time.Duration(max(check.PeriodSeconds, 1)) * time.Second
-
-	res := r.check(ctx, s, ordinal)
-	checkedAt := time.Now()
-	checksTotal.WithLabelValues(pr.Namespace, pr.Name, res.Verdict.String()).Inc()
-	st.LastCheckTime = ptr.To(metav1.NewTime(ceilSecond(checkedAt)))
-	st.TotalChecks++
-	pr.Status.LastQueryResult = res.Message
-	if res.Verdict == VerdictPass {
-		st.ConsecutiveSuccessfulChecks++
-		st.ConsecutiveFailedChecks = 0
-		st.Status = rolloutv1alpha1.StepWaitForChecks
-		pr.Status.LastError = ""
-	} else {
-		st.ConsecutiveSuccessfulChecks = 0
-		st.ConsecutiveFailedChecks++
-		st.TotalFailedChecks++
-		st.Status = rolloutv1alpha1.StepWaitForChecks
-		if res.Verdict == VerdictError {
-			st.Status = rolloutv1alpha1.StepPrometheusError
-			pr.Status.LastError = res.Message
-			pr.Status.LastQueryResult = "check not evaluated (counts as failed): " + res.Message
-		} else {
-			pr.Status.LastError = ""
-		}
-	}
-
-	if st.ConsecutiveSuccessfulChecks >= threshold {
-		stepsTotal.WithLabelValues(pr.Namespace, pr.Name).Inc()
-		if st.AnalisysStartTime != nil {
-			stepDuration.WithLabelValues(pr.Namespace, pr.Name).Observe(checkedAt.Sub(st.AnalisysStartTime.Time).Seconds())
-		}
-		if partition == 0 {
-			pr.Status.Phase = rolloutv1alpha1.PhaseUpdated
-			pr.Status.Message = fmt.Sprintf("StatefulSet %s is on revision %s and its last pod passed its checks", sts.Name, pr.Status.UpdateRevision)
-			pr.Status.RolloutEndTime = ptr.To(metav1.NewTime(checkedAt))
-			pr.Status.RollingPodStatus = nil
-			s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventRolloutCompleted, "StatefulSet %s rolled to revision %s; every step passed its checks", sts.Name, pr.Status.UpdateRevision)
-			if sts.Status.CurrentRevision == pr.Status.UpdateRevision {
-				// Idle again: hold the partition at replicas (otherwise the next event does it).
-				return reconcile.Result{}, r.applyPartition(ctx, pr, sts, replicas, true)
-			}
-			return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
-		}
-		next := partition - 1
-		if err := r.applyPartition(ctx, pr, sts, next, true); err != nil {
-			return reconcile.Result{}, err
-		}
-		s.overheadStart = &checkedAt
-		pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{
-			Partition: ptr.To(next),
-			Status:    rolloutv1alpha1.StepWaitForPodToBeUpdated,
-		}
-		pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts.Name, pr.Status.UpdateRevision, next)
-		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
-	}
-	if check.MaxTries != nil && st.TotalChecks >= *check.MaxTries {
-		return r.fail(ctx, s, partition)
-	}
-	return reconcile.Result{RequeueAfter: period}, nil
-}
-
-// check builds the query of the current step and runs it.
-func (r *Reconciler) check(ctx context.Context, s *scope, ordinal int32) CheckResult {
-	pr := s.pr
-	q := pr.Spec.Check.Query
-	if q == nil {
-		return CheckResult{Verdict: VerdictError, Message: "spec.check.query is not set"}
-	}
-	query := Query{
-		URL:                q.URL,
-		Expr:               expandQuery(q.Expr, pr.Namespace, s.sts.Name, pr.Status.RollingPodStatus.Pod, ordinal, pr.Status.UpdateRevision),
-		InsecureSkipVerify: q.InsecureSkipVerify,
-		SuccessWhen:        pr.Spec.Check.SuccessWhen,
-		Timeout:            r.QueryTimeout,
-	}
-	if q.SecretRef != "" {
-		secret := &corev1.Secret{}
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: q.SecretRef}, secret); err != nil {
-			msg := fmt.Sprintf("reading Secret %s (check.query.secretRef): %v", q.SecretRef, err)
-			s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventPrometheusConfigError, "%s", msg)
-			return CheckResult{Verdict: VerdictError, Message: msg}
-		}
-		query.Token = string(secret.Data[rolloutv1alpha1.SecretKeyToken])
-		query.Username = string(secret.Data[rolloutv1alpha1.SecretKeyUsername])
-		query.Password = string(secret.Data[rolloutv1alpha1.SecretKeyPassword])
-	}
-	if _, err := NormalizeURL(q.URL); err != nil {
-		s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventPrometheusConfigError, "%v", err)
-	}
-	return r.Checker.Check(ctx, query)
-}
-
-// ceilSecond rounds t up to the second. Status times are serialised with a one-second precision; a
-// time that gates the next action (start of checks, last check) is stored rounded up so that reading
-// it back never shortens initialDelaySeconds or periodSeconds.
-func ceilSecond(t time.Time) time.Time {
-	if r := t.Truncate(time.Second); !r.Equal(t) {
-		return r.Add(time.Second)
-	}
-	return t
-}
-
-// expandQuery substitutes the placeholders {{namespace}}, {{statefulset}}, {{pod}}, {{ordinal}} and
-// {{revision}} of a query.
-func expandQuery(expr, namespace, sts, pod string, ordinal int32, revision string) string {
-	return strings.NewReplacer(
-		"{{namespace}}", namespace,
-		"{{statefulset}}", sts,
-		"{{pod}}", pod,
-		"{{ordinal}}", strconv.Itoa(int(ordinal)),
-		"{{revision}}", revision,
-	).Replace(expr)
-}
-
-// fail stops the rollout after maxTries: phase Failed, Event, partition unchanged; with onFailure
-// Rollback the StatefulSet's template is set back to its current revision.
-func (r *Reconciler) fail(ctx context.Context, s *scope, partition int32) (reconcile.Result, error) {
-	pr, sts := s.pr, s.sts
-	pr.Status.Phase = rolloutv1alpha1.PhaseFailed
-	pr.Status.RolloutEndTime = ptr.To(metav1.NewTime(time.Now()))
-	pr.Status.Message = fmt.Sprintf("step at partition %d (pod %s) used up maxTries=%d without %d consecutive passing checks; the partition stays at %d. Fix the cause and edit the PhasedRollout (or push a new revision) to retry",
-		partition, pr.Status.RollingPodStatus.Pod, ptr.Deref(pr.Spec.Check.MaxTries, 0), max(pr.Spec.Check.SuccessThreshold, 1), partition)
-	if pr.Spec.Check.OnFailure == rolloutv1alpha1.OnFailureRollback {
-		if err := r.rollback(ctx, sts); err != nil {
-			pr.Status.LastError = fmt.Sprintf("rollback to revision %s failed: %v", sts.Status.CurrentRevision, err)
-		} else {
-			pr.Status.Message += fmt.Sprintf("; the pod template was set back to revision %s", sts.Status.CurrentRevision)
-		}
-	}
-	s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventRolloutFailed, "%s", pr.Status.Message)
-	return reconcile.Result{}, nil
-}
-
-// rollback re-applies the pod template stored in the ControllerRevision of the StatefulSet's current
-// revision (its data is a strategic merge patch of spec.template).
-func (r *Reconciler) rollback(ctx context.Context, sts *appsv1.StatefulSet) error {
-	rev := &appsv1.ControllerRevision{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sts.Namespace, Name: sts.Status.CurrentRevision}, rev); err != nil {
-		return err
-	}
-	if len(rev.Data.Raw) == 0 {
-		return fmt.Errorf("ControllerRevision %s has no data", rev.Name)
-	}
-	return r.Client.Patch(ctx, sts, client.RawPatch(types.StrategicMergePatchType, rev.Data.Raw))
 }
 
 // pods returns the StatefulSet's pods by name.
@@ -644,71 +464,4 @@ func (r *Reconciler) applyPartition(ctx context.Context, pr *rolloutv1alpha1.Pha
 	}
 	sts.Spec.UpdateStrategy.RollingUpdate.Partition = ptr.To(partition)
 	return nil
-}
-
-// finalize hands the StatefulSet back when the PhasedRollout is deleted: when idle the partition
-// goes to 0 (the normal rolling update resumes); mid-rollout the partition stays, so no pod is
-// released unchecked, and an Event on the StatefulSet says so.
-func (r *Reconciler) finalize(ctx context.Context, pr *rolloutv1alpha1.PhasedRollout) error {
-	if !controllerutil.ContainsFinalizer(pr, rolloutv1alpha1.Finalizer) {
-		return nil
-	}
-	sts := &appsv1.StatefulSet{}
-	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: pr.Spec.TargetRef}, sts)
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return fmt.Errorf("reading StatefulSet %s: %w", pr.Spec.TargetRef, err)
-	case sts.Annotations[rolloutv1alpha1.ManagedByAnnotation] != pr.Name:
-		// Never managed by this PhasedRollout: nothing to hand back.
-	default:
-		midRollout := sts.Status.UpdateRevision != sts.Status.CurrentRevision ||
-			pr.Status.Phase == rolloutv1alpha1.PhaseRolling || pr.Status.Phase == rolloutv1alpha1.PhaseVerifying || pr.Status.Phase == rolloutv1alpha1.PhaseFailed
-		partition := int32(0)
-		if midRollout {
-			if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
-				partition = *ru.Partition
-			}
-		}
-		if skipCheck(pr) {
-			partition = 0
-			midRollout = false
-		}
-		if err := r.applyPartition(ctx, pr, sts, partition, false); err != nil {
-			return err
-		}
-		if midRollout {
-			r.Recorder.Eventf(sts, nil, corev1.EventTypeWarning, rolloutv1alpha1.EventPartitionLeftOnDeletion, "Release",
-				"PhasedRollout %s was deleted mid-rollout; the partition stays at %d so the remaining pods are not rolled unchecked. Set spec.updateStrategy.rollingUpdate.partition yourself to continue", pr.Name, partition)
-		}
-	}
-	orig := pr.DeepCopy()
-	controllerutil.RemoveFinalizer(pr, rolloutv1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, pr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing the finalizer: %w", err)
-	}
-	return nil
-}
-
-// setConditions derives the conditions from the phase.
-func setConditions(pr *rolloutv1alpha1.PhasedRollout) {
-	gen := pr.Generation
-	set := func(t string, ok bool, reason, msg string) {
-		status := metav1.ConditionFalse
-		if ok {
-			status = metav1.ConditionTrue
-		}
-		meta.SetStatusCondition(&pr.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
-	}
-	phase := pr.Status.Phase
-	reason := string(phase)
-	if reason == "" {
-		reason = "Unknown"
-	}
-	msg := pr.Status.Message
-	bad := phase == rolloutv1alpha1.PhaseFailed || phase == rolloutv1alpha1.PhaseErrorCannotManage || phase == rolloutv1alpha1.PhaseErrorSTSNotFound
-	set(rolloutv1alpha1.ConditionReady, !bad && pr.Status.LastError == "", reason, msg)
-	set(rolloutv1alpha1.ConditionUpdated, phase == rolloutv1alpha1.PhaseUpdated, reason, msg)
-	set(rolloutv1alpha1.ConditionProgressing, phase == rolloutv1alpha1.PhaseRolling || phase == rolloutv1alpha1.PhaseVerifying, reason, msg)
-	set(rolloutv1alpha1.ConditionDegraded, bad, reason, msg)
 }

@@ -108,7 +108,14 @@ func (c *fakeChecker) recorded() []Query {
 // startOperator runs the controller with checker until the test ends or stop is called.
 func startOperator(t *testing.T, checker Checker) (stop func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	return startOperatorWith(t, cfg, checker)
+}
+
+// startOperatorWith runs the controller against the API server as the user of c (e.g. impersonating
+// the manifest's ServiceAccount).
+func startOperatorWith(t *testing.T, c *rest.Config, checker Checker) (stop func()) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(c, ctrl.Options{
 		Scheme:     scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},

@@ -57,6 +57,11 @@ const (
 	EventPrometheusConfigError = "PrometheusConfigError"
 	// EventRolloutFailed is recorded when a step used up check.maxTries.
 	EventRolloutFailed = "RolloutFailed"
+	// EventRolloutAdopted is recorded when a PhasedRollout takes over a rollout the StatefulSet
+	// controller had already started.
+	EventRolloutAdopted = "RolloutAdopted"
+	// EventScaledDuringRollout is recorded when the StatefulSet is scaled up during a rollout.
+	EventScaledDuringRollout = "ScaledDuringRollout"
 	// EventPartitionLeftOnDeletion is recorded on the StatefulSet when a PhasedRollout deleted
 	// mid-rollout leaves the partition in place instead of releasing the remaining pods unchecked.
 	EventPartitionLeftOnDeletion = "PartitionLeftOnDeletion"

@@ -29,6 +29,21 @@ const (
 	OnFailureRollback OnFailure = "Rollback"
 )
 
+// ScaleUpPolicy says what happens to the StatefulSet's new ordinals when it is scaled up during a
+// rollout.
+// +kubebuilder:validation:Enum=HoldNew;Allow
+type ScaleUpPolicy string
+
+const (
+	// ScaleUpHoldNew (default) raises the partition to the new replica count as soon as the operator
+	// sees the scale-up, so the new ordinals are created at the current (old) revision, and the rollout
+	// walks down again from the top, every step checked.
+	ScaleUpHoldNew ScaleUpPolicy = "HoldNew"
+	// ScaleUpAllow keeps the partition: the StatefulSet controller creates the new ordinals (all above
+	// the partition) at the update revision, and the rollout continues where it was.
+	ScaleUpAllow ScaleUpPolicy = "Allow"
+)
+
 // PhasedRolloutPhase is the coarse state of a PhasedRollout (status.phase).
 // +kubebuilder:validation:Enum=Ready;Rolling;Verifying;Updated;Failed;Suspended;ErrorCannotManage;ErrorSTSNotFound
 type PhasedRolloutPhase string
@@ -63,6 +78,17 @@ type PhasedRolloutSpec struct {
 	// public code. Prefer skipCheck; if both are set they must be equal.
 	// +optional
 	StandardRollingUpdate *bool `json:"standardRollingUpdate,omitempty"`
+
+	// scaleUpDuringRollout says what happens when the StatefulSet is scaled up while a rollout is in
+	// progress. "HoldNew" (default): the partition is raised to the new replica count, so the new
+	// ordinals start at the current revision and the rollout walks down again from the top, every step
+	// checked. "Allow": the partition stays, so the new ordinals (above it) start at the update
+	// revision without a check of their own. The operator acts when it sees the scale-up: a pod the
+	// StatefulSet controller created before that (with podManagementPolicy Parallel, all of them; with
+	// OrderedReady, the first) keeps the update revision and is checked when the rollout reaches it.
+	// +optional
+	// +kubebuilder:default=HoldNew
+	ScaleUpDuringRollout ScaleUpPolicy `json:"scaleUpDuringRollout,omitempty"`
 
 	// check defines how every rollout step is verified before the next pod is rolled. When omitted,
 	// its defaults apply (initialDelaySeconds 60, periodSeconds 60, successThreshold 3, successWhen
@@ -198,6 +224,24 @@ type PhasedRolloutStatus struct {
 	// +optional
 	RollingPodStatus *RollingPodStatus `json:"rollingPodStatus,omitempty"`
 
+	// replicas is the StatefulSet's spec.replicas the operator last acted on; a larger value during a
+	// rollout is a scale-up (see spec.scaleUpDuringRollout).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// adoptedPartition is set when the PhasedRollout was created during a rollout the StatefulSet
+	// controller had already started (partition unset or lower): the partition it froze the
+	// StatefulSet at, below the pods already on the update revision. Those pods were rolled before the
+	// operator managed the StatefulSet, without checks; every later step is checked.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	AdoptedPartition *int32 `json:"adoptedPartition,omitempty"`
+
+	// lastScaleUp records the last scale-up seen during a rollout and what was done about it.
+	// +optional
+	LastScaleUp *ScaleUpRecord `json:"lastScaleUp,omitempty"`
+
 	// lastQueryResult summarises the last Prometheus query result in words, e.g. "2 samples returned:
 	// check failed (successWhen NoData)".
 	// +optional
@@ -216,6 +260,22 @@ type PhasedRolloutStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// ScaleUpRecord is a scale-up of the StatefulSet seen during a rollout.
+type ScaleUpRecord struct {
+	// fromReplicas is spec.replicas before the scale-up.
+	FromReplicas int32 `json:"fromReplicas"`
+	// toReplicas is spec.replicas after the scale-up.
+	ToReplicas int32 `json:"toReplicas"`
+	// partition is the position the rollout had reached (the partition) when the scale-up was seen.
+	Partition int32 `json:"partition"`
+	// policy is the spec.scaleUpDuringRollout applied.
+	Policy ScaleUpPolicy `json:"policy"`
+	// heldAt is the partition the operator set: toReplicas with HoldNew, unchanged with Allow.
+	HeldAt int32 `json:"heldAt"`
+	// time is when the operator saw the scale-up.
+	Time metav1.Time `json:"time"`
 }
 
 // RollingPodStatus is the state of one rollout step. Field names are the public seed code's

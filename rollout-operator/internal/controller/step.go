@@ -1,0 +1,259 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+)
+
+// The step machine: one rollout step waits for the rolled pod, for every pod, for the initial delay,
+// then runs checks until successThreshold passes in a row (the partition moves by one) or maxTries
+// (onFailure applies).
+
+// step runs the current rollout step: wait for the rolled pod, for all pods, for the delay, then
+// check; move the partition after successThreshold consecutive passes.
+func (r *Reconciler) step(ctx context.Context, s *scope, replicas int32) (reconcile.Result, error) {
+	pr, sts := s.pr, s.sts
+	check := pr.Spec.Check
+	partition := int32(0) // an unset partition is 0
+	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		partition = min(*ru.Partition, replicas)
+	}
+	st := pr.Status.RollingPodStatus
+	if st == nil || st.Partition == nil || *st.Partition != partition {
+		// A step belongs to one partition value: a partition the status does not record (the operator
+		// stopped between the two writes, or someone else moved it) starts a new step with no passes.
+		st = &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(partition)}
+		pr.Status.RollingPodStatus = st
+	}
+	start := int32(0)
+	if sts.Spec.Ordinals != nil {
+		start = sts.Spec.Ordinals.Start
+	}
+	// The pod the checks judge: the one rolled by the last partition move, or, before the first
+	// move, the first one to roll.
+	index := max(min(partition, replicas-1), 0)
+	st.Pod = fmt.Sprintf("%s-%d", sts.Name, start+index)
+	if partition == 0 {
+		pr.Status.Phase = rolloutv1alpha1.PhaseVerifying
+		pr.Status.Message = fmt.Sprintf("every pod is on revision %s; verifying the last pod %s", pr.Status.UpdateRevision, st.Pod)
+	} else {
+		pr.Status.Phase = rolloutv1alpha1.PhaseRolling
+		pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts.Name, pr.Status.UpdateRevision, partition)
+	}
+
+	pods, err := r.pods(ctx, sts)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	minReady := time.Duration(sts.Spec.MinReadySeconds) * time.Second
+	resetAnalysis := func(state rolloutv1alpha1.RollingPodState) {
+		st.Status = state
+		st.AnalisysStartTime = nil
+		st.ConsecutiveSuccessfulChecks = 0
+	}
+	if partition < replicas {
+		p, ok := pods[st.Pod]
+		if !ok || p.Labels[appsv1.ControllerRevisionHashLabelKey] != pr.Status.UpdateRevision || !available(p, minReady, s.now) {
+			resetAnalysis(rolloutv1alpha1.StepWaitForPodToBeUpdated)
+			return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
+		}
+	}
+	availableCount := int32(0)
+	for _, p := range pods {
+		if available(p, minReady, s.now) {
+			availableCount++
+		}
+	}
+	if availableCount < replicas {
+		resetAnalysis(rolloutv1alpha1.StepWaitForAllPodsToBeAvailable)
+		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
+	}
+	if st.AnalisysStartTime == nil {
+		delay := time.Duration(ptr.Deref(check.InitialDelaySeconds, 60)) * time.Second
+		st.AnalisysStartTime = ptr.To(metav1.NewTime(ceilSecond(s.now.Add(delay))))
+	}
+	if wait := st.AnalisysStartTime.Sub(s.now); wait > 0 {
+		st.Status = rolloutv1alpha1.StepWaitForInitialDelay
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	period := time.Duration(max(check.PeriodSeconds, 1)) * time.Second
+	if st.LastCheckTime != nil {
+		if wait := st.LastCheckTime.Add(period).Sub(s.now); wait > 0 {
+			if st.Status != rolloutv1alpha1.StepPrometheusError {
+				st.Status = rolloutv1alpha1.StepWaitForChecks
+			}
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+	}
+	return r.runCheck(ctx, s, replicas, partition, start+index)
+}
+
+// runCheck runs one check of the current step and acts on its result.
+func (r *Reconciler) runCheck(ctx context.Context, s *scope, replicas, partition, ordinal int32) (reconcile.Result, error) {
+	pr, sts, st := s.pr, s.sts, s.pr.Status.RollingPodStatus
+	check := pr.Spec.Check
+	threshold := max(check.SuccessThreshold, 1)
+	period := time.Duration(max(check.PeriodSeconds, 1)) * time.Second
+
+	res := r.check(ctx, s, ordinal)
+	checkedAt := time.Now()
+	checksTotal.WithLabelValues(pr.Namespace, pr.Name, res.Verdict.String()).Inc()
+	st.LastCheckTime = ptr.To(metav1.NewTime(ceilSecond(checkedAt)))
+	st.TotalChecks++
+	pr.Status.LastQueryResult = res.Message
+	if res.Verdict == VerdictPass {
+		st.ConsecutiveSuccessfulChecks++
+		st.ConsecutiveFailedChecks = 0
+		st.Status = rolloutv1alpha1.StepWaitForChecks
+		pr.Status.LastError = ""
+	} else {
+		st.ConsecutiveSuccessfulChecks = 0
+		st.ConsecutiveFailedChecks++
+		st.TotalFailedChecks++
+		st.Status = rolloutv1alpha1.StepWaitForChecks
+		if res.Verdict == VerdictError {
+			st.Status = rolloutv1alpha1.StepPrometheusError
+			pr.Status.LastError = res.Message
+			pr.Status.LastQueryResult = "check not evaluated (counts as failed): " + res.Message
+		} else {
+			pr.Status.LastError = ""
+		}
+	}
+
+	if st.ConsecutiveSuccessfulChecks >= threshold {
+		stepsTotal.WithLabelValues(pr.Namespace, pr.Name).Inc()
+		if st.AnalisysStartTime != nil {
+			stepDuration.WithLabelValues(pr.Namespace, pr.Name).Observe(checkedAt.Sub(st.AnalisysStartTime.Time).Seconds())
+		}
+		if partition == 0 {
+			pr.Status.Phase = rolloutv1alpha1.PhaseUpdated
+			pr.Status.Message = fmt.Sprintf("StatefulSet %s is on revision %s and its last pod passed its checks", sts.Name, pr.Status.UpdateRevision)
+			pr.Status.RolloutEndTime = ptr.To(metav1.NewTime(checkedAt))
+			pr.Status.RollingPodStatus = nil
+			s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventRolloutCompleted, "StatefulSet %s rolled to revision %s; every step passed its checks", sts.Name, pr.Status.UpdateRevision)
+			if sts.Status.CurrentRevision == pr.Status.UpdateRevision {
+				// Idle again: hold the partition at replicas (otherwise the next event does it).
+				return reconcile.Result{}, r.applyPartition(ctx, pr, sts, replicas, true)
+			}
+			return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
+		}
+		next := partition - 1
+		if err := r.applyPartition(ctx, pr, sts, next, true); err != nil {
+			return reconcile.Result{}, err
+		}
+		s.overheadStart = &checkedAt
+		pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{
+			Partition: ptr.To(next),
+			Status:    rolloutv1alpha1.StepWaitForPodToBeUpdated,
+		}
+		pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts.Name, pr.Status.UpdateRevision, next)
+		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
+	}
+	if check.MaxTries != nil && st.TotalChecks >= *check.MaxTries {
+		return r.fail(ctx, s, partition)
+	}
+	return reconcile.Result{RequeueAfter: period}, nil
+}
+
+// check builds the query of the current step and runs it.
+func (r *Reconciler) check(ctx context.Context, s *scope, ordinal int32) CheckResult {
+	pr := s.pr
+	q := pr.Spec.Check.Query
+	if q == nil {
+		return CheckResult{Verdict: VerdictError, Message: "spec.check.query is not set"}
+	}
+	query := Query{
+		URL:                q.URL,
+		Expr:               expandQuery(q.Expr, pr.Namespace, s.sts.Name, pr.Status.RollingPodStatus.Pod, ordinal, pr.Status.UpdateRevision),
+		InsecureSkipVerify: q.InsecureSkipVerify,
+		SuccessWhen:        pr.Spec.Check.SuccessWhen,
+		Timeout:            r.QueryTimeout,
+	}
+	if q.SecretRef != "" {
+		if r.SecretAccess != nil {
+			if err := r.SecretAccess.Ensure(ctx, pr.Namespace); err != nil {
+				return CheckResult{Verdict: VerdictError, Message: fmt.Sprintf("granting the operator read access to Secret %s (check.query.secretRef): %v", q.SecretRef, err)}
+			}
+		}
+		secret := &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: q.SecretRef}, secret); err != nil {
+			msg := fmt.Sprintf("reading Secret %s (check.query.secretRef): %v", q.SecretRef, err)
+			s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventPrometheusConfigError, "%s", msg)
+			return CheckResult{Verdict: VerdictError, Message: msg}
+		}
+		query.Token = string(secret.Data[rolloutv1alpha1.SecretKeyToken])
+		query.Username = string(secret.Data[rolloutv1alpha1.SecretKeyUsername])
+		query.Password = string(secret.Data[rolloutv1alpha1.SecretKeyPassword])
+	}
+	if _, err := NormalizeURL(q.URL); err != nil {
+		s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventPrometheusConfigError, "%v", err)
+	}
+	return r.Checker.Check(ctx, query)
+}
+
+// ceilSecond rounds t up to the second. Status times are serialised with a one-second precision; a
+// time that gates the next action (start of checks, last check) is stored rounded up so that reading
+// it back never shortens initialDelaySeconds or periodSeconds.
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return r.Add(time.Second)
+	}
+	return t
+}
+
+// expandQuery substitutes the placeholders {{namespace}}, {{statefulset}}, {{pod}}, {{ordinal}} and
+// {{revision}} of a query.
+func expandQuery(expr, namespace, sts, pod string, ordinal int32, revision string) string {
+	return strings.NewReplacer(
+		"{{namespace}}", namespace,
+		"{{statefulset}}", sts,
+		"{{pod}}", pod,
+		"{{ordinal}}", strconv.Itoa(int(ordinal)),
+		"{{revision}}", revision,
+	).Replace(expr)
+}
+
+// fail stops the rollout after maxTries: phase Failed, Event, partition unchanged; with onFailure
+// Rollback the StatefulSet's template is set back to its current revision.
+func (r *Reconciler) fail(ctx context.Context, s *scope, partition int32) (reconcile.Result, error) {
+	pr, sts := s.pr, s.sts
+	pr.Status.Phase = rolloutv1alpha1.PhaseFailed
+	pr.Status.RolloutEndTime = ptr.To(metav1.NewTime(time.Now()))
+	pr.Status.Message = fmt.Sprintf("step at partition %d (pod %s) used up maxTries=%d without %d consecutive passing checks; the partition stays at %d. Fix the cause and edit the PhasedRollout (or push a new revision) to retry",
+		partition, pr.Status.RollingPodStatus.Pod, ptr.Deref(pr.Spec.Check.MaxTries, 0), max(pr.Spec.Check.SuccessThreshold, 1), partition)
+	if pr.Spec.Check.OnFailure == rolloutv1alpha1.OnFailureRollback {
+		if err := r.rollback(ctx, sts); err != nil {
+			pr.Status.LastError = fmt.Sprintf("rollback to revision %s failed: %v", sts.Status.CurrentRevision, err)
+		} else {
+			pr.Status.Message += fmt.Sprintf("; the pod template was set back to revision %s", sts.Status.CurrentRevision)
+		}
+	}
+	s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventRolloutFailed, "%s", pr.Status.Message)
+	return reconcile.Result{}, nil
+}
+
+// rollback re-applies the pod template stored in the ControllerRevision of the StatefulSet's current
+// revision (its data is a strategic merge patch of spec.template).
+func (r *Reconciler) rollback(ctx context.Context, sts *appsv1.StatefulSet) error {
+	rev := &appsv1.ControllerRevision{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: sts.Namespace, Name: sts.Status.CurrentRevision}, rev); err != nil {
+		return err
+	}
+	if len(rev.Data.Raw) == 0 {
+		return fmt.Errorf("ControllerRevision %s has no data", rev.Name)
+	}
+	return r.Client.Patch(ctx, sts, client.RawPatch(types.StrategicMergePatchType, rev.Data.Raw))
+}
