@@ -61,14 +61,26 @@ func RunSuite(m *testing.M, s *Suite, crdDir string, addToScheme ...func(*runtim
 // StartManager runs a controller-runtime manager against the suite's API server, set up by setup,
 // until the test ends or stop is called (stop waits for the manager to return, like an operator
 // process that has died). Metrics are off and controller names may repeat, so each test can start
-// its own operator, or several in turn.
-func (s *Suite) StartManager(t *testing.T, setup func(ctx context.Context, mgr ctrl.Manager) error) (stop func()) {
+// its own operator, or several in turn. adjust, when given, changes the manager's options before it
+// is created (e.g. the cache scope the operator's main sets).
+func (s *Suite) StartManager(t *testing.T, setup func(ctx context.Context, mgr ctrl.Manager) error, adjust ...func(*ctrl.Options)) (stop func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{
+	return s.StartManagerAs(t, s.Config, setup, adjust...)
+}
+
+// StartManagerAs is StartManager with the manager talking to the API server as the user of cfg
+// (e.g. impersonating the ServiceAccount of an operator's manifest, to test its RBAC).
+func (s *Suite) StartManagerAs(t *testing.T, cfg *rest.Config, setup func(ctx context.Context, mgr ctrl.Manager) error, adjust ...func(*ctrl.Options)) (stop func()) {
+	t.Helper()
+	opts := ctrl.Options{
 		Scheme:     s.Scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	for _, a := range adjust {
+		a(&opts)
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
 	require.NoError(t, err)
 	require.NoError(t, setup(t.Context(), mgr))
 	ctx, cancel := context.WithCancel(context.Background())

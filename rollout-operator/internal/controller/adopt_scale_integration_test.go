@@ -87,7 +87,7 @@ func TestScaleUpDuringRollout(t *testing.T) {
 			require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 				sts := f.sts()
 				sts.Spec.Replicas = ptr.To[int32](5)
-				return k8s.Update(context.Background(), sts)
+				return suite.Client.Update(context.Background(), sts)
 			}))
 			require.Eventually(t, func() bool { return f.rollout().Status.LastScaleUp != nil }, wait, tick, "the scale-up is recorded")
 			pr = f.rollout()
@@ -119,7 +119,7 @@ func orDefault[T comparable](v, def T) T {
 func (f *fixture) podRevision(name string) string {
 	f.t.Helper()
 	pod := &corev1.Pod{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pod); err != nil {
+	if err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pod); err != nil {
 		return ""
 	}
 	return pod.Labels[appsv1.ControllerRevisionHashLabelKey]

@@ -30,7 +30,7 @@ func (f *fixture) newRevision(rev string) {
 		sts := f.sts()
 		sts.Status.ObservedGeneration = sts.Generation
 		sts.Status.UpdateRevision = rev
-		return k8s.Status().Update(context.Background(), sts)
+		return suite.Client.Status().Update(context.Background(), sts)
 	}))
 }
 
@@ -106,7 +106,7 @@ func TestFailingChecksStopTheRollout(t *testing.T) {
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pr := f.rollout()
 		pr.Spec.Check.MaxTries = ptr.To[int32](5)
-		return k8s.Update(context.Background(), pr)
+		return suite.Client.Update(context.Background(), pr)
 	}))
 	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 }
@@ -147,12 +147,12 @@ func TestRestartBetweenPartitionAndStatusDoesNotMoveTwice(t *testing.T) {
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pr := f.rollout()
 		pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To[int32](3), ConsecutiveSuccessfulChecks: 2, Status: rolloutv1alpha1.StepWaitForChecks}
-		return k8s.Status().Update(context.Background(), pr)
+		return suite.Client.Status().Update(context.Background(), pr)
 	}))
 	sts := f.sts()
 	orig := sts.DeepCopy()
 	sts.Spec.UpdateStrategy.RollingUpdate.Partition = ptr.To[int32](2)
-	require.NoError(t, k8s.Patch(context.Background(), sts, client.MergeFrom(orig)))
+	require.NoError(t, suite.Client.Patch(context.Background(), sts, client.MergeFrom(orig)))
 	checker.set(VerdictPass)
 	before := len(checker.recorded())
 	startOperator(t, checker)
@@ -225,20 +225,20 @@ func TestSkipCheckAliasesAndDeletion(t *testing.T) {
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			pr := f.rollout()
 			pr.Spec.SkipCheck = ptr.To(true)
-			return k8s.Update(context.Background(), pr)
+			return suite.Client.Update(context.Background(), pr)
 		}))
 		f.waitPartition(0)
 		f.waitPhase(rolloutv1alpha1.PhaseSuspended)
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			pr := f.rollout()
 			pr.Spec.SkipCheck = ptr.To(false)
-			return k8s.Update(context.Background(), pr)
+			return suite.Client.Update(context.Background(), pr)
 		}))
 		f.waitPartition(3)
-		require.NoError(t, k8s.Delete(context.Background(), f.rollout()))
+		require.NoError(t, suite.Client.Delete(context.Background(), f.rollout()))
 		f.waitPartition(0)
 		require.Eventually(t, func() bool {
-			return isNotFound(k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "pr"}, &rolloutv1alpha1.PhasedRollout{}))
+			return isNotFound(suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "pr"}, &rolloutv1alpha1.PhasedRollout{}))
 		}, wait, tick)
 		assert.Empty(t, f.sts().Annotations[rolloutv1alpha1.ManagedByAnnotation])
 	})
@@ -249,9 +249,9 @@ func TestSkipCheckAliasesAndDeletion(t *testing.T) {
 		f.waitPartition(3)
 		f.newRevision("web-r2")
 		f.waitPhase(rolloutv1alpha1.PhaseRolling)
-		require.NoError(t, k8s.Delete(context.Background(), f.rollout()))
+		require.NoError(t, suite.Client.Delete(context.Background(), f.rollout()))
 		require.Eventually(t, func() bool {
-			return isNotFound(k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "pr"}, &rolloutv1alpha1.PhasedRollout{}))
+			return isNotFound(suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "pr"}, &rolloutv1alpha1.PhasedRollout{}))
 		}, wait, tick)
 		assert.Equal(t, int32(3), f.partition())
 		require.Eventually(t, func() bool {
@@ -272,7 +272,7 @@ func TestCannotManage(t *testing.T) {
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		sts := f.sts()
 		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
-		return k8s.Update(context.Background(), sts)
+		return suite.Client.Update(context.Background(), sts)
 	}))
 	f.createRollout()
 	pr := f.waitPhase(rolloutv1alpha1.PhaseErrorCannotManage)
@@ -291,7 +291,7 @@ func TestSecretCredentialsReachTheChecker(t *testing.T) {
 	startOperator(t, checker)
 	f := newFixture(t, 1, 0)
 	f.simulateStatefulSetController()
-	require.NoError(t, k8s.Create(context.Background(), &corev1.Secret{
+	require.NoError(t, suite.Client.Create(context.Background(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "prom-secret", Namespace: f.ns},
 		StringData: map[string]string{"token": "tok", "username": "u", "password": "p"},
 	}))
@@ -314,16 +314,16 @@ func TestSecretCredentialsReachTheChecker(t *testing.T) {
 // and validates.
 func TestSchemaDefaultsAndAliasesWithoutWebhook(t *testing.T) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "schema-"}}
-	require.NoError(t, k8s.Create(t.Context(), ns))
+	require.NoError(t, suite.Client.Create(t.Context(), ns))
 	apply := func(doc string) (*rolloutv1alpha1.PhasedRollout, error) {
 		u := &unstructured.Unstructured{}
 		require.NoError(t, yaml.Unmarshal([]byte(doc), &u.Object))
 		u.SetNamespace(ns.Name)
-		if err := k8s.Create(context.Background(), u); err != nil {
+		if err := suite.Client.Create(context.Background(), u); err != nil {
 			return nil, err
 		}
 		pr := &rolloutv1alpha1.PhasedRollout{}
-		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(u), pr))
+		require.NoError(t, suite.Client.Get(context.Background(), client.ObjectKeyFromObject(u), pr))
 		return pr, nil
 	}
 	// Seed 003's example, unchanged.
@@ -440,7 +440,7 @@ func TestStepMachineWithARealPrometheus(t *testing.T) {
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pr := f.rollout()
 		pr.Spec.Check.MaxTries = ptr.To[int32](3)
-		return k8s.Update(context.Background(), pr)
+		return suite.Client.Update(context.Background(), pr)
 	}))
 	pr = f.waitPhase(rolloutv1alpha1.PhaseFailed)
 	require.Eventually(t, func() bool {
@@ -458,7 +458,7 @@ func TestOnFailureRollbackRestoresThePreviousTemplate(t *testing.T) {
 	startOperator(t, checker)
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
-	require.NoError(t, k8s.Create(context.Background(), &appsv1.ControllerRevision{
+	require.NoError(t, suite.Client.Create(context.Background(), &appsv1.ControllerRevision{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-r1", Namespace: f.ns},
 		Data:       runtime.RawExtension{Raw: []byte(`{"spec":{"template":{"$patch":"replace","metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"app","image":"app:1"}]}}}}`)},
 		Revision:   1,
@@ -471,7 +471,7 @@ func TestOnFailureRollbackRestoresThePreviousTemplate(t *testing.T) {
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		sts := f.sts()
 		sts.Spec.Template.Spec.Containers[0].Image = "app:2"
-		return k8s.Update(context.Background(), sts)
+		return suite.Client.Update(context.Background(), sts)
 	}))
 	f.newRevision("web-r2")
 	pr := f.waitPhase(rolloutv1alpha1.PhaseFailed)
@@ -503,7 +503,7 @@ func TestRevertAfterFailedGoesIdle(t *testing.T) {
 	assert.Equal(t, rolloutv1alpha1.PhaseFailed, f.rollout().Status.Phase)
 	for _, name := range []string{"web-0", "web-1", "web-2"} {
 		pod := &corev1.Pod{}
-		require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
+		require.NoError(t, suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
 		assert.Equal(t, "web-r1", pod.Labels[appsv1.ControllerRevisionHashLabelKey], name)
 	}
 }

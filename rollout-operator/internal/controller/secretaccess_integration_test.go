@@ -30,9 +30,9 @@ import (
 func TestSecretAccessUnderTheManifestRBAC(t *testing.T) {
 	ctx := context.Background()
 	sa := installManifestRBAC(t)
-	asOperator := rest.CopyConfig(cfg)
+	asOperator := rest.CopyConfig(suite.Config)
 	asOperator.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + sa.Namespace + ":" + sa.Name}
-	operatorClient, err := client.New(asOperator, client.Options{Scheme: scheme})
+	operatorClient, err := client.New(asOperator, client.Options{Scheme: suite.Scheme})
 	require.NoError(t, err)
 
 	checker := newFakeChecker(VerdictPass)
@@ -41,7 +41,7 @@ func TestSecretAccessUnderTheManifestRBAC(t *testing.T) {
 	f.simulateStatefulSetController()
 	other := newFixture(t, 1, 0) // a namespace without any PhasedRollout
 	for _, ns := range []string{f.ns, other.ns} {
-		require.NoError(t, k8s.Create(ctx, &corev1.Secret{
+		require.NoError(t, suite.Client.Create(ctx, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: "prom-secret", Namespace: ns},
 			StringData: map[string]string{"token": "tok-" + ns},
 		}))
@@ -57,7 +57,7 @@ func TestSecretAccessUnderTheManifestRBAC(t *testing.T) {
 	})
 	rb := &rbacv1.RoleBinding{}
 	require.Eventually(t, func() bool {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: SecretReaderRoleBinding}, rb) == nil
+		return suite.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: SecretReaderRoleBinding}, rb) == nil
 	}, wait, tick, "the operator binds the secret reader in the PhasedRollout's namespace")
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: DefaultSecretReaderClusterRole}, rb.RoleRef)
 	assert.Equal(t, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}}, rb.Subjects,
@@ -70,18 +70,18 @@ func TestSecretAccessUnderTheManifestRBAC(t *testing.T) {
 	assert.Equal(t, "tok-"+f.ns, checker.recorded()[0].Token, "the Secret was read under the RoleBinding")
 	assert.NoError(t, secretOf(f.ns))
 	assert.True(t, apierrors.IsForbidden(secretOf(other.ns)), "no Secret access where no PhasedRollout names one")
-	err = k8s.Get(ctx, client.ObjectKey{Namespace: other.ns, Name: SecretReaderRoleBinding}, &rbacv1.RoleBinding{})
+	err = suite.Client.Get(ctx, client.ObjectKey{Namespace: other.ns, Name: SecretReaderRoleBinding}, &rbacv1.RoleBinding{})
 	assert.True(t, apierrors.IsNotFound(err), "no RoleBinding in a namespace without PhasedRollouts")
 
 	// Deleting the PhasedRollout revokes the access.
-	require.NoError(t, k8s.Delete(ctx, f.rollout()))
+	require.NoError(t, suite.Client.Delete(ctx, f.rollout()))
 	require.Eventually(t, func() bool {
-		err := k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: SecretReaderRoleBinding}, &rbacv1.RoleBinding{})
+		err := suite.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: SecretReaderRoleBinding}, &rbacv1.RoleBinding{})
 		return apierrors.IsNotFound(err)
 	}, wait, tick, "the RoleBinding is deleted once no PhasedRollout names a Secret")
 	require.Eventually(t, func() bool { return apierrors.IsForbidden(secretOf(f.ns)) }, wait, tick, "Secret access revoked")
 	require.Eventually(t, func() bool {
-		err := k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "pr"}, &rolloutv1alpha1.PhasedRollout{})
+		err := suite.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "pr"}, &rolloutv1alpha1.PhasedRollout{})
 		return apierrors.IsNotFound(err)
 	}, wait, tick, "the operator removed its finalizer under its own RBAC")
 }
@@ -97,10 +97,10 @@ func TestSecretAccessKeepsOthersRoleBindings(t *testing.T) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "someone"}},
 	}
-	require.NoError(t, k8s.Create(ctx, mine))
+	require.NoError(t, suite.Client.Create(ctx, mine))
 	f.createRollout() // no secretRef: the namespace needs no Secret access
 	f.waitPhase(rolloutv1alpha1.PhaseReady)
-	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(mine), mine))
+	require.NoError(t, suite.Client.Get(ctx, client.ObjectKeyFromObject(mine), mine))
 	assert.Empty(t, mine.Labels[managedByLabel])
 }
 
@@ -131,7 +131,7 @@ func installManifestRBAC(t *testing.T) *corev1.ServiceAccount {
 		},
 	}
 	for _, o := range objs {
-		if err := k8s.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := suite.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
 			require.NoError(t, err)
 		}
 	}
@@ -143,15 +143,15 @@ func installManifestRBAC(t *testing.T) *corev1.ServiceAccount {
 func TestSecretAccessLeftBehindIsRevokedAtStart(t *testing.T) {
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rollout-stale-"}}
-	require.NoError(t, k8s.Create(ctx, ns))
+	require.NoError(t, suite.Client.Create(ctx, ns))
 	stale := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: SecretReaderRoleBinding, Namespace: ns.Name, Labels: map[string]string{managedByLabel: managedByValue}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: DefaultSecretReaderClusterRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "someone"}},
 	}
-	require.NoError(t, k8s.Create(ctx, stale))
+	require.NoError(t, suite.Client.Create(ctx, stale))
 	startOperator(t, newFakeChecker(VerdictPass))
 	require.Eventually(t, func() bool {
-		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(stale), &rbacv1.RoleBinding{}))
+		return apierrors.IsNotFound(suite.Client.Get(ctx, client.ObjectKeyFromObject(stale), &rbacv1.RoleBinding{}))
 	}, wait, tick, "the stale RoleBinding is deleted at start")
 }

@@ -5,44 +5,34 @@ package controller
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // The integration tests run the controller in a manager against envtest's kube-apiserver and etcd.
 // Nothing runs StatefulSets there: the tests play the StatefulSet controller themselves (revision
 // labels and Ready conditions of the pods, status revisions) and decide each check's verdict.
 
-var (
-	cfg    *rest.Config
-	scheme = runtime.NewScheme()
-	k8s    client.Client
-)
+// suite is the envtest API server and its client.
+var suite testsupport.Suite
 
 const (
 	wait = 30 * time.Second
@@ -50,29 +40,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	var err error
-	if cfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := rolloutv1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testsupport.RunSuite(m, &suite, filepath.Join("..", "..", "config", "crd", "bases"), rolloutv1alpha1.AddToScheme))
 }
 
 // fakeChecker returns the verdict the test sets and records every query it was asked.
@@ -108,30 +76,16 @@ func (c *fakeChecker) recorded() []Query {
 // startOperator runs the controller with checker until the test ends or stop is called.
 func startOperator(t *testing.T, checker Checker) (stop func()) {
 	t.Helper()
-	return startOperatorWith(t, cfg, checker)
+	return startOperatorWith(t, suite.Config, checker)
 }
 
 // startOperatorWith runs the controller against the API server as the user of c (e.g. impersonating
 // the manifest's ServiceAccount).
 func startOperatorWith(t *testing.T, c *rest.Config, checker Checker) (stop func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(c, ctrl.Options{
-		Scheme:     scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	return suite.StartManagerAs(t, c, func(ctx context.Context, mgr ctrl.Manager) error {
+		return SetupWithOptions(ctx, mgr, Options{Checker: checker})
 	})
-	require.NoError(t, err)
-	require.NoError(t, SetupWithOptions(t.Context(), mgr, Options{Checker: checker}))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		assert.NoError(t, mgr.Start(ctx))
-	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
 }
 
 // fixture is a namespace with a StatefulSet "web" whose pods the test creates.
@@ -145,7 +99,7 @@ type fixture struct {
 func newFixture(t *testing.T, replicas, start int32) *fixture {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rollout-"}}
-	require.NoError(t, k8s.Create(t.Context(), ns))
+	require.NoError(t, suite.Client.Create(t.Context(), ns))
 	f := &fixture{t: t, ns: ns.Name, start: start, n: replicas}
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: f.ns},
@@ -161,7 +115,7 @@ func newFixture(t *testing.T, replicas, start int32) *fixture {
 	if start != 0 {
 		sts.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: start}
 	}
-	require.NoError(t, k8s.Create(t.Context(), sts))
+	require.NoError(t, suite.Client.Create(t.Context(), sts))
 	f.setRevisions("web-r1", "web-r1")
 	for i := range replicas {
 		f.createPod(start+i, "web-r1")
@@ -172,7 +126,7 @@ func newFixture(t *testing.T, replicas, start int32) *fixture {
 func (f *fixture) sts() *appsv1.StatefulSet {
 	f.t.Helper()
 	sts := &appsv1.StatefulSet{}
-	require.NoError(f.t, k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "web"}, sts))
+	require.NoError(f.t, suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "web"}, sts))
 	return sts
 }
 
@@ -194,7 +148,7 @@ func (f *fixture) setRevisions(current, update string) {
 		sts.Status.Replicas = *sts.Spec.Replicas
 		sts.Status.CurrentRevision = current
 		sts.Status.UpdateRevision = update
-		return k8s.Status().Update(context.Background(), sts)
+		return suite.Client.Status().Update(context.Background(), sts)
 	}))
 }
 
@@ -209,7 +163,7 @@ func (f *fixture) createPod(ordinal int32, revision string) {
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}},
 	}
-	require.NoError(f.t, k8s.Create(context.Background(), pod))
+	require.NoError(f.t, suite.Client.Create(context.Background(), pod))
 	f.setReady(pod.Name, true)
 }
 
@@ -217,7 +171,7 @@ func (f *fixture) setReady(name string, ready bool) {
 	f.t.Helper()
 	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pod := &corev1.Pod{}
-		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pod); err != nil {
+		if err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pod); err != nil {
 			return err
 		}
 		status := corev1.ConditionFalse
@@ -225,7 +179,7 @@ func (f *fixture) setReady(name string, ready bool) {
 			status = corev1.ConditionTrue
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
-		return k8s.Status().Update(context.Background(), pod)
+		return suite.Client.Status().Update(context.Background(), pod)
 	}))
 }
 
@@ -233,10 +187,10 @@ func (f *fixture) setReady(name string, ready bool) {
 func (f *fixture) setPodRevision(name, revision string) {
 	f.t.Helper()
 	pod := &corev1.Pod{}
-	require.NoError(f.t, k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
+	require.NoError(f.t, suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
 	orig := pod.DeepCopy()
 	pod.Labels[appsv1.ControllerRevisionHashLabelKey] = revision
-	require.NoError(f.t, k8s.Patch(context.Background(), pod, client.MergeFrom(orig)))
+	require.NoError(f.t, suite.Client.Patch(context.Background(), pod, client.MergeFrom(orig)))
 }
 
 // simulateStatefulSetController rolls pods at or above the partition to the update revision (and
@@ -249,7 +203,7 @@ func (f *fixture) simulateStatefulSetController() *partitionLog {
 		for ctx.Err() == nil {
 			time.Sleep(tick)
 			sts := &appsv1.StatefulSet{}
-			if err := k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "web"}, sts); err != nil {
+			if err := suite.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "web"}, sts); err != nil {
 				continue
 			}
 			p := int32(0)
@@ -265,7 +219,7 @@ func (f *fixture) simulateStatefulSetController() *partitionLog {
 			for i := range f.n {
 				name := fmt.Sprintf("web-%d", f.start+i)
 				pod := &corev1.Pod{}
-				if err := k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, pod); err != nil {
+				if err := suite.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, pod); err != nil {
 					all = false
 					continue
 				}
@@ -276,7 +230,7 @@ func (f *fixture) simulateStatefulSetController() *partitionLog {
 				if pod.Labels[appsv1.ControllerRevisionHashLabelKey] != want {
 					orig := pod.DeepCopy()
 					pod.Labels[appsv1.ControllerRevisionHashLabelKey] = want
-					_ = k8s.Patch(ctx, pod, client.MergeFrom(orig))
+					_ = suite.Client.Patch(ctx, pod, client.MergeFrom(orig))
 				}
 				if want != sts.Status.UpdateRevision {
 					all = false
@@ -287,7 +241,7 @@ func (f *fixture) simulateStatefulSetController() *partitionLog {
 					sts.Status.CurrentRevision = sts.Status.UpdateRevision
 				}
 				sts.Status.ObservedGeneration = sts.Generation
-				_ = k8s.Status().Update(ctx, sts)
+				_ = suite.Client.Status().Update(ctx, sts)
 			}
 		}
 	}()
@@ -332,14 +286,14 @@ func (f *fixture) createRollout(mods ...func(*rolloutv1alpha1.PhasedRollout)) *r
 	for _, m := range mods {
 		m(pr)
 	}
-	require.NoError(f.t, k8s.Create(context.Background(), pr))
+	require.NoError(f.t, suite.Client.Create(context.Background(), pr))
 	return pr
 }
 
 func (f *fixture) rollout() *rolloutv1alpha1.PhasedRollout {
 	f.t.Helper()
 	pr := &rolloutv1alpha1.PhasedRollout{}
-	require.NoError(f.t, k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "pr"}, pr))
+	require.NoError(f.t, suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "pr"}, pr))
 	return pr
 }
 
@@ -362,7 +316,7 @@ func (f *fixture) waitPartition(p int32) {
 func (f *fixture) eventReasons(name string) []string {
 	f.t.Helper()
 	var list eventsv1.EventList
-	require.NoError(f.t, k8s.List(context.Background(), &list, client.InNamespace(f.ns)))
+	require.NoError(f.t, suite.Client.List(context.Background(), &list, client.InNamespace(f.ns)))
 	var reasons []string
 	for _, e := range list.Items {
 		if e.Regarding.Name == name {

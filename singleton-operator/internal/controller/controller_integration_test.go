@@ -38,7 +38,7 @@ func TestReleaseOnlyWhenOthersGoneOrTerminal(t *testing.T) {
 	f.createPod("new", held(singletonv1.HoldModeWrapper))
 	f.neverReleased("new", time.Second)
 
-	require.NoError(t, k8s.Delete(t.Context(), f.pod("old"))) // graceful: stays until the kubelet confirms
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("old"))) // graceful: stays until the kubelet confirms
 	f.neverReleased("new", time.Second)
 	f.confirmStop("old")
 	f.waitReleased("new")
@@ -177,7 +177,7 @@ func TestTransitionTimeoutKeepsHolding(t *testing.T) {
 	f.neverReleased("new", time.Second)
 	var events corev1.EventList
 	require.Eventually(t, func() bool {
-		require.NoError(t, k8s.List(t.Context(), &events, client.InNamespace(f.ns)))
+		require.NoError(t, suite.Client.List(t.Context(), &events, client.InNamespace(f.ns)))
 		for _, e := range events.Items {
 			if e.Reason == singletonv1.ReasonTransitionTimeout {
 				return true
@@ -230,7 +230,7 @@ func TestDeletionMidTransitionAndNamespaceLabel(t *testing.T) {
 	f.createSingleton("db")
 	nsLabel := func() string {
 		ns := &corev1.Namespace{}
-		require.NoError(t, k8s.Get(t.Context(), client.ObjectKey{Name: f.ns}, ns))
+		require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKey{Name: f.ns}, ns))
 		return ns.Labels[singletonv1.LabelNamespaceEnabled]
 	}
 	require.Eventually(t, func() bool { return nsLabel() == "true" }, wait, tick, "namespace labelled")
@@ -238,10 +238,10 @@ func TestDeletionMidTransitionAndNamespaceLabel(t *testing.T) {
 
 	f.createPod("old", releasedAt(1))
 	f.createPod("new", held(singletonv1.HoldModeWrapper))
-	require.NoError(t, k8s.Delete(t.Context(), f.singleton("db")))
+	require.NoError(t, suite.Client.Delete(t.Context(), f.singleton("db")))
 	require.Eventually(t, func() bool { return f.singleton("db").Status.Message != "" && !f.released("new") }, wait, tick)
 	testsupport.NeverWithin(t, time.Second, tick, func() bool {
-		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "db"}, &singletonv1.StatefulSingleton{})
+		err := suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "db"}, &singletonv1.StatefulSingleton{})
 		return err != nil
 	}, "kept while a pod is held")
 	assert.Contains(t, f.singleton("db").Status.Message, "deletion waits")
@@ -249,7 +249,7 @@ func TestDeletionMidTransitionAndNamespaceLabel(t *testing.T) {
 	f.confirmStop("old")
 	f.waitReleased("new")
 	require.Eventually(t, func() bool {
-		err := k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "db"}, &singletonv1.StatefulSingleton{})
+		err := suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "db"}, &singletonv1.StatefulSingleton{})
 		return client.IgnoreNotFound(err) == nil && err != nil
 	}, wait, tick, "deleted once nothing is held")
 	require.Eventually(t, func() bool { return nsLabel() == "" }, wait, tick, "namespace label removed")
@@ -349,9 +349,9 @@ func TestStatefulSetUpdateRevisionWins(t *testing.T) {
 			},
 		},
 	}
-	require.NoError(t, k8s.Create(t.Context(), sts))
+	require.NoError(t, suite.Client.Create(t.Context(), sts))
 	sts.Status.Replicas, sts.Status.CurrentRevision, sts.Status.UpdateRevision = 1, "db-old", "db-new"
-	require.NoError(t, k8s.Status().Update(t.Context(), sts))
+	require.NoError(t, suite.Client.Status().Update(t.Context(), sts))
 	owned := func(rev string) podOpt {
 		return func(p *corev1.Pod) {
 			p.Labels[appsv1.ControllerRevisionHashLabelKey] = rev
@@ -371,13 +371,13 @@ func TestStatefulSetUpdateRevisionWins(t *testing.T) {
 func TestReleasePatchOfAnotherPodInstanceIsRefused(t *testing.T) {
 	f := newFixture(t)
 	old := f.createPod("db-0", held(singletonv1.HoldModeWrapper))
-	require.NoError(t, k8s.Delete(t.Context(), old, client.GracePeriodSeconds(0)))
+	require.NoError(t, suite.Client.Delete(t.Context(), old, client.GracePeriodSeconds(0)))
 	require.Eventually(t, func() bool {
-		return apierrors.IsNotFound(k8s.Get(t.Context(), client.ObjectKeyFromObject(old), &corev1.Pod{}))
+		return apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKeyFromObject(old), &corev1.Pod{}))
 	}, wait, tick)
 	f.createPod("db-0", held(singletonv1.HoldModeWrapper))
 	raw := fmt.Sprintf(`{"metadata":{"uid":%q,"annotations":{%q:"1"}}}`, old.UID, singletonv1.AnnotationStartGranted)
-	err := k8s.Patch(t.Context(), f.pod("db-0"), client.RawPatch(types.MergePatchType, []byte(raw)))
+	err := suite.Client.Patch(t.Context(), f.pod("db-0"), client.RawPatch(types.MergePatchType, []byte(raw)))
 	require.Error(t, err, "a patch carrying the old UID must not touch the new pod")
 	assert.False(t, f.released("db-0"))
 	assert.Empty(t, f.pod("db-0").Annotations[singletonv1.AnnotationStartGranted])
@@ -395,7 +395,7 @@ func TestHoldFallbackIsReportedOnThePod(t *testing.T) {
 	f.waitReleased("gated")
 	require.Eventually(t, func() bool {
 		var events corev1.EventList
-		require.NoError(t, k8s.List(t.Context(), &events, client.InNamespace(f.ns)))
+		require.NoError(t, suite.Client.List(t.Context(), &events, client.InNamespace(f.ns)))
 		for _, e := range events.Items {
 			if e.Reason == singletonv1.ReasonHoldFallback && e.InvolvedObject.Name == "gated" && strings.Contains(e.Message, why) {
 				return true

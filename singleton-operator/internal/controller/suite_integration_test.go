@@ -5,7 +5,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -18,20 +17,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 	"github.com/statefulops/statefulops/shared/testsupport"
@@ -42,11 +34,8 @@ import (
 // admitted them (managed label, hold) and play the kubelet (status, confirming deletions with a
 // zero-grace delete).
 
-var (
-	cfg    *rest.Config
-	scheme = runtime.NewScheme()
-	k8s    client.WithWatch
-)
+// suite is the envtest API server and its client.
+var suite testsupport.Suite
 
 const (
 	wait = 20 * time.Second
@@ -54,29 +43,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	var err error
-	if cfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := singletonv1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testsupport.RunSuite(m, &suite, filepath.Join("..", "..", "config", "crd", "bases"), singletonv1.AddToScheme))
 }
 
 // startOperator runs the controller until stop (or the test's end); funcs, when set, intercept its
@@ -90,31 +57,16 @@ func startOperator(t *testing.T, funcs *interceptor.Funcs) (stop func()) {
 // startOperatorWithManager is startOperator, also returning the manager (to look into its cache).
 func startOperatorWithManager(t *testing.T, funcs *interceptor.Funcs) (stop func(), mgr ctrl.Manager) {
 	t.Helper()
-	mgrOpts := ctrl.Options{
-		Scheme:     scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	}
-	CacheOptions(&mgrOpts.Cache) // the cache scope of main
-	var err error
-	mgr, err = ctrl.NewManager(cfg, mgrOpts)
-	require.NoError(t, err)
 	opts := Options{}
 	if funcs != nil {
-		writer, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+		writer, err := client.NewWithWatch(suite.Config, client.Options{Scheme: suite.Scheme})
 		require.NoError(t, err)
 		opts.Client = interceptor.NewClient(writer, *funcs)
 	}
-	require.NoError(t, SetupWithOptions(t.Context(), mgr, opts))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		assert.NoError(t, mgr.Start(ctx))
-	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
+	stop = suite.StartManager(t, func(ctx context.Context, m ctrl.Manager) error {
+		mgr = m
+		return SetupWithOptions(ctx, m, opts)
+	}, func(o *ctrl.Options) { CacheOptions(&o.Cache) }) // the cache scope of main
 	return stop, mgr
 }
 
@@ -127,7 +79,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "singleton-"}}
-	require.NoError(t, k8s.Create(t.Context(), ns))
+	require.NoError(t, suite.Client.Create(t.Context(), ns))
 	ensureNode(t, "node-a", true, false)
 	return &fixture{t: t, ns: ns.Name}
 }
@@ -136,20 +88,20 @@ func ensureNode(t *testing.T, name string, ready, outOfService bool) {
 	t.Helper()
 	ctx := context.Background()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := k8s.Create(ctx, node); err != nil {
-		require.NoError(t, k8s.Get(ctx, client.ObjectKey{Name: name}, node))
+	if err := suite.Client.Create(ctx, node); err != nil {
+		require.NoError(t, suite.Client.Get(ctx, client.ObjectKey{Name: name}, node))
 	}
 	node.Spec.Taints = nil
 	if outOfService {
 		node.Spec.Taints = []corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
 	}
-	require.NoError(t, k8s.Update(ctx, node))
+	require.NoError(t, suite.Client.Update(ctx, node))
 	status := corev1.ConditionFalse
 	if ready {
 		status = corev1.ConditionTrue
 	}
 	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-	require.NoError(t, k8s.Status().Update(ctx, node))
+	require.NoError(t, suite.Client.Status().Update(ctx, node))
 }
 
 func (f *fixture) createSingleton(name string, mods ...func(*singletonv1.StatefulSingleton)) *singletonv1.StatefulSingleton {
@@ -160,13 +112,13 @@ func (f *fixture) createSingleton(name string, mods ...func(*singletonv1.Statefu
 	for _, m := range mods {
 		m(ss)
 	}
-	require.NoError(f.t, k8s.Create(f.t.Context(), ss))
+	require.NoError(f.t, suite.Client.Create(f.t.Context(), ss))
 	return ss
 }
 
 func (f *fixture) singleton(name string) *singletonv1.StatefulSingleton {
 	ss := &singletonv1.StatefulSingleton{}
-	require.NoError(f.t, k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, ss))
+	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, ss))
 	return ss
 }
 
@@ -183,7 +135,7 @@ func (f *fixture) createReplicaSet(name string, revision int) *appsv1.ReplicaSet
 			},
 		},
 	}
-	require.NoError(f.t, k8s.Create(f.t.Context(), rs))
+	require.NoError(f.t, suite.Client.Create(f.t.Context(), rs))
 	return rs
 }
 
@@ -231,7 +183,7 @@ func (f *fixture) createPod(name string, opts ...podOpt) *corev1.Pod {
 	for _, o := range opts {
 		o(pod)
 	}
-	require.NoError(f.t, k8s.Create(f.t.Context(), pod))
+	require.NoError(f.t, suite.Client.Create(f.t.Context(), pod))
 	if pod.Spec.NodeName != "" {
 		f.setPhase(name, corev1.PodRunning)
 	}
@@ -249,7 +201,7 @@ func (f *fixture) setPhase(name string, phase corev1.PodPhase) {
 			state = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.Now()}}
 		}
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", Image: "db", ImageID: "db", State: state}}
-		return k8s.Status().Update(f.t.Context(), pod)
+		return suite.Client.Status().Update(f.t.Context(), pod)
 	}))
 }
 
@@ -261,14 +213,14 @@ func (f *fixture) setStarting(name string) {
 		pod.Status.Phase = corev1.PodPending
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", Image: "db", ImageID: "db",
 			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
-		return k8s.Status().Update(f.t.Context(), pod)
+		return suite.Client.Status().Update(f.t.Context(), pod)
 	}))
 }
 
 func (f *fixture) pod(name string) *corev1.Pod {
 	f.t.Helper()
 	pod := &corev1.Pod{}
-	require.NoError(f.t, k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
+	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
 	return pod
 }
 
@@ -276,13 +228,13 @@ func (f *fixture) pod(name string) *corev1.Pod {
 func (f *fixture) confirmStop(name string) {
 	f.t.Helper()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}}
-	require.NoError(f.t, client.IgnoreNotFound(k8s.Delete(f.t.Context(), pod, client.GracePeriodSeconds(0))))
+	require.NoError(f.t, client.IgnoreNotFound(suite.Client.Delete(f.t.Context(), pod, client.GracePeriodSeconds(0))))
 }
 
 // released reports whether the pod carries the epoch annotation (and the grant or no scheduling gate).
 func (f *fixture) released(name string) bool {
 	pod := &corev1.Pod{}
-	if err := k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod); err != nil {
+	if err := suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod); err != nil {
 		return false
 	}
 	return classify(pod) == stateReleased
@@ -330,7 +282,7 @@ type overlapChecker struct {
 
 func watchOverlaps(t *testing.T, ns string) *overlapChecker {
 	t.Helper()
-	w, err := k8s.Watch(t.Context(), &corev1.PodList{}, client.InNamespace(ns))
+	w, err := suite.Client.Watch(t.Context(), &corev1.PodList{}, client.InNamespace(ns))
 	require.NoError(t, err)
 	oc := &overlapChecker{epochs: map[types.UID]int64{}}
 	done := make(chan struct{})
