@@ -4,6 +4,7 @@ package main
 import (
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/statefulops/statefulops/extended-operator/internal/controller"
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 	"github.com/statefulops/statefulops/shared/manager"
 )
@@ -20,5 +21,7 @@ func main() {
 		Short:            "Runs ExtendedStatefulSet: scaling limits, config-change restarts and versioned canary upgrades.",
 		LeaderElectionID: "extended-operator.fissile.cloudfoundry.org",
 		Schemes:          []func(*runtime.Scheme) error{extendedv1alpha1.AddToScheme},
+		Flags:            controller.AddFlags,
+		Setup:            controller.Setup,
 	})
 }

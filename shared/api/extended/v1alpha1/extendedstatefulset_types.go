@@ -144,7 +144,8 @@ type StatefulSetTemplate struct {
 
 	// spec is an apps/v1 StatefulSetSpec. replicas is the total number of pods across all zones
 	// (see az); when unset the operator uses spec.scaling.min, or 1. The operator manages
-	// updateStrategy of the StatefulSets it creates for its versioned upgrades.
+	// updateStrategy and ordinals of the StatefulSets it creates for its versioned upgrades (ordinals
+	// start at 0; during a volume handover the old version's first ordinal moves up).
 	// +required
 	Spec appsv1.StatefulSetSpec `json:"spec"`
 }

@@ -1,0 +1,454 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/statefulops/statefulops/e2e/localcluster"
+	"github.com/statefulops/statefulops/e2e/operators"
+	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+)
+
+// Helpers of extended_test.go: extended-operator as a local process under its manifest's
+// ServiceAccount, typed access to ExtendedStatefulSets through the dynamic client, and the invariant
+// checkers (spurious restarts, a claim used by two live pods).
+
+var extendedGVR = schema.GroupVersionResource{Group: "fissile.cloudfoundry.org", Version: "v1alpha1", Resource: "extendedstatefulsets"}
+
+const extendedOperatorName = "extended-operator"
+
+var installExtendedOnce = sync.OnceValue(func() error {
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Right after the apply, `kubectl wait crd --all` can read a CRD whose status the API server has not
+	// written yet and fail on the missing conditions: apply and wait again.
+	for attempt := 1; ; attempt++ {
+		err = operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", "extended-operator.yaml")}, false)
+		if err == nil || attempt == 5 || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
+})
+
+// scaleInClusterExtendedOperator scales the Deployment of deploy/extended-operator.yaml and waits.
+func scaleInClusterExtendedOperator(t *testing.T, replicas int) {
+	t.Helper()
+	ctx := context.WithoutCancel(t.Context())
+	deploy := "deployment/extended-operator-controller-manager"
+	_, err := kubectl().Run(ctx, "scale", "-n", "extended-operator-system", deploy, fmt.Sprintf("--replicas=%d", replicas))
+	require.NoError(t, err)
+	_, err = kubectl().Run(ctx, "rollout", "status", "-n", "extended-operator-system", deploy, "--timeout=120s")
+	require.NoError(t, err)
+}
+
+// extendedOperator is the running extended-operator process.
+type extendedOperator struct {
+	t        *testing.T
+	stateDir string
+}
+
+// startExtendedOperator installs deploy/extended-operator.yaml (once), parks its in-cluster Deployment
+// and starts the operator as a local process under its ServiceAccount; stopped when the test ends.
+func startExtendedOperator(t *testing.T) *extendedOperator {
+	t.Helper()
+	require.NoError(t, installExtendedOnce(), "kubectl apply -f deploy/extended-operator.yaml")
+	scaleInClusterExtendedOperator(t, 0)
+	t.Cleanup(func() { scaleInClusterExtendedOperator(t, 1) })
+	op := &extendedOperator{t: t, stateDir: filepath.Join(filepath.Dir(kubeconfig), "extended-e2e")}
+	t.Cleanup(func() {
+		assert.NoError(t, operators.Stop(context.Background(), op.stateDir, 15*time.Second, extendedOperatorName))
+	})
+	op.start()
+	return op
+}
+
+func (o *extendedOperator) start() {
+	o.t.Helper()
+	b := operators.Binary{
+		Name:           extendedOperatorName,
+		ServiceAccount: "extended-operator-system/extended-operator-controller-manager",
+		ProbePort:      freePort(o.t), MetricsPort: freePort(o.t),
+	}
+	start := time.Now()
+	_, err := operators.Start(o.t.Context(), operators.Options{StateDir: o.stateDir, Kubeconfig: kubeconfig}, []operators.Binary{b})
+	require.NoError(o.t, err)
+	o.t.Logf("extended-operator started and ready in %s (log %s)", time.Since(start).Round(time.Millisecond), operators.LogPath(o.stateDir, extendedOperatorName))
+}
+
+// stop ends the process (SIGTERM).
+func (o *extendedOperator) stop() {
+	o.t.Helper()
+	require.NoError(o.t, operators.Stop(o.t.Context(), o.stateDir, 15*time.Second, extendedOperatorName))
+}
+
+func estsClient(ns string) dynamic.ResourceInterface {
+	return dynamic.NewForConfigOrDie(restConfig).Resource(extendedGVR).Namespace(ns)
+}
+
+// newESTS is an ExtendedStatefulSet of replicas pause pods labelled app=name, with updateOnEnvChange
+// and one canary.
+func newESTS(name string, replicas int32) *extendedv1alpha1.ExtendedStatefulSet {
+	return &extendedv1alpha1.ExtendedStatefulSet{
+		TypeMeta:   metav1.TypeMeta{APIVersion: extendedv1alpha1.GroupVersion.String(), Kind: "ExtendedStatefulSet"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: extendedv1alpha1.ExtendedStatefulSetSpec{
+			UpdateOnEnvChange: ptr.To(true),
+			UpdateStrategy:    extendedv1alpha1.UpdateStrategy{Canaries: ptr.To[int32](1)},
+			Template: extendedv1alpha1.StatefulSetTemplate{Spec: appsv1.StatefulSetSpec{
+				Replicas:            ptr.To(replicas),
+				ServiceName:         name,
+				PodManagementPolicy: appsv1.ParallelPodManagement,
+				Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+				Template:            podTemplate(name),
+			}},
+		},
+	}
+}
+
+func toUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	require.NoError(t, err)
+	u := &unstructured.Unstructured{Object: m}
+	unstructured.RemoveNestedField(u.Object, "status")
+	return u
+}
+
+func createESTS(t *testing.T, ns string, e *extendedv1alpha1.ExtendedStatefulSet) {
+	t.Helper()
+	_, err := estsClient(ns).Create(t.Context(), toUnstructured(t, e), metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// fetchESTS returns the ExtendedStatefulSet (for conditions of Eventually).
+func fetchESTS(ctx context.Context, ns, name string) (*extendedv1alpha1.ExtendedStatefulSet, error) {
+	u, err := estsClient(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	e := &extendedv1alpha1.ExtendedStatefulSet{}
+	return e, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, e)
+}
+
+// updateESTS changes the ExtendedStatefulSet's spec, retrying on conflicts.
+func updateESTS(t *testing.T, ns, name string, mutate func(*extendedv1alpha1.ExtendedStatefulSet)) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		e, err := fetchESTS(t.Context(), ns, name)
+		if err != nil {
+			return err
+		}
+		mutate(e)
+		u := toUnstructured(t, e)
+		_, err = estsClient(ns).Update(t.Context(), u, metav1.UpdateOptions{})
+		return err
+	}))
+}
+
+// waitESTS waits until cond holds for the ExtendedStatefulSet.
+func waitESTS(t *testing.T, ns, name string, cond func(c *assert.CollectT, e *extendedv1alpha1.ExtendedStatefulSet), msg string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		e, err := fetchESTS(t.Context(), ns, name)
+		if !assert.NoError(c, err) {
+			return
+		}
+		cond(c, e)
+	}, timeout, tick, msg)
+}
+
+// waitESTSReady waits for condition Ready=True with the given version serving alone.
+func waitESTSReady(t *testing.T, ns, name string, version int) {
+	t.Helper()
+	waitESTS(t, ns, name, func(c *assert.CollectT, e *extendedv1alpha1.ExtendedStatefulSet) {
+		assert.Equal(c, map[string]bool{strconv.Itoa(version): true}, e.Status.Versions)
+		assert.Equal(c, metav1.ConditionTrue, estsCondition(e, extendedv1alpha1.ConditionReady), "Ready")
+	}, fmt.Sprintf("%s Ready at version %d", name, version))
+}
+
+func estsCondition(e *extendedv1alpha1.ExtendedStatefulSet, condType string) metav1.ConditionStatus {
+	for _, c := range e.Status.Conditions {
+		if c.Type == condType {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// fetchStatefulSet returns a StatefulSet (nil, nil when it does not exist).
+func fetchStatefulSet(ctx context.Context, ns, name string) (*appsv1.StatefulSet, error) {
+	sts, err := client.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return sts, err
+}
+
+// waitRolled waits until the StatefulSet runs its current template on every pod, all Ready.
+func waitRolled(t *testing.T, ns, name string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		sts, err := fetchStatefulSet(t.Context(), ns, name)
+		if !assert.NoError(c, err) || !assert.NotNil(c, sts) {
+			return
+		}
+		n := ptr.Deref(sts.Spec.Replicas, 1)
+		st := sts.Status
+		assert.GreaterOrEqual(c, st.ObservedGeneration, sts.Generation)
+		assert.Equal(c, n, st.ReadyReplicas)
+		assert.Equal(c, n, st.UpdatedReplicas)
+		assert.Equal(c, st.UpdateRevision, st.CurrentRevision)
+	}, timeout, tick, "StatefulSet %s rolled", name)
+}
+
+// restartChecker is the spurious-restart invariant checker of one namespace. It watches the StatefulSets
+// and counts, per StatefulSet, the changes of the pod template's config hash (each one rolls every pod)
+// and the pods that ran (reached phase Running) for it. A roll is spurious when the test made no data
+// change for it; a pod that ran is spurious when it is not one of the StatefulSet's first pods, a roll's
+// replacements or a restart the test plans.
+//
+// Pods removed by a force delete (gone without ever being seen terminating) are left out and counted on
+// their own: nothing in statefulops force-deletes pods, but kwok's pod-delete stage deletes by name
+// without a UID precondition and sometimes runs twice for one terminating pod, removing the StatefulSet
+// controller's brand-new replacement (same name) within ~100 ms (kwok-controller.log shows both
+// "Delete pod" lines). The StatefulSet controller then creates the pod again.
+type restartChecker struct {
+	mu        sync.Mutex
+	hashes    map[string]string
+	rolls     map[string]int
+	rollTimes map[string][]time.Time
+	podUIDs   map[string]map[string]bool // StatefulSet → pod UIDs seen
+	ran       map[string]map[string]bool // StatefulSet → UIDs of pods seen Running
+	stopping  map[string]bool            // UIDs of pods seen with a deletionTimestamp (graceful deletion)
+	forced    map[string]map[string]bool // StatefulSet → UIDs of pods force-deleted (by the simulator)
+	podLog    map[string][]string        // StatefulSet → "name uid revision" of each pod, in order seen
+	stop      func()
+}
+
+func watchRestarts(t *testing.T, ns string) *restartChecker {
+	t.Helper()
+	rc := &restartChecker{hashes: map[string]string{}, rolls: map[string]int{}, rollTimes: map[string][]time.Time{}, podUIDs: map[string]map[string]bool{}, ran: map[string]map[string]bool{},
+		stopping: map[string]bool{}, forced: map[string]map[string]bool{}, podLog: map[string][]string{}}
+	stsW, err := client.AppsV1().StatefulSets(ns).Watch(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	podW, err := client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	rc.stop = func() { stsW.Stop(); podW.Stop() }
+	t.Cleanup(rc.stop)
+	go func() {
+		for ev := range stsW.ResultChan() {
+			sts, ok := ev.Object.(*appsv1.StatefulSet)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			h := sts.Spec.Template.Annotations[extendedv1alpha1.ConfigHashAnnotation]
+			rc.mu.Lock()
+			if old, seen := rc.hashes[sts.Name]; seen && old != h {
+				rc.rolls[sts.Name]++
+				rc.rollTimes[sts.Name] = append(rc.rollTimes[sts.Name], time.Now())
+			}
+			rc.hashes[sts.Name] = h
+			rc.mu.Unlock()
+		}
+	}()
+	go func() {
+		for ev := range podW.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			ref := metav1.GetControllerOf(pod)
+			if ref == nil || ref.Kind != "StatefulSet" {
+				continue
+			}
+			rc.mu.Lock()
+			if rc.podUIDs[ref.Name] == nil {
+				rc.podUIDs[ref.Name] = map[string]bool{}
+			}
+			if !rc.podUIDs[ref.Name][string(pod.UID)] {
+				rc.podLog[ref.Name] = append(rc.podLog[ref.Name], fmt.Sprintf("%s %s %s %s", time.Now().Format("15:04:05.000"),
+					pod.Name, pod.UID, pod.Labels[appsv1.ControllerRevisionHashLabelKey]))
+			}
+			rc.podUIDs[ref.Name][string(pod.UID)] = true
+			uid := string(pod.UID)
+			if ev.Type != watch.Deleted && pod.DeletionTimestamp != nil {
+				rc.stopping[uid] = true
+			}
+			if ev.Type == watch.Deleted && !rc.stopping[uid] {
+				if rc.forced[ref.Name] == nil {
+					rc.forced[ref.Name] = map[string]bool{}
+				}
+				rc.forced[ref.Name][uid] = true
+			}
+			if pod.Status.Phase == corev1.PodRunning {
+				if rc.ran[ref.Name] == nil {
+					rc.ran[ref.Name] = map[string]bool{}
+				}
+				rc.ran[ref.Name][string(pod.UID)] = true
+			}
+			rc.mu.Unlock()
+		}
+	}()
+	return rc
+}
+
+// pods returns the pods seen for the StatefulSet, one line each, to explain a count.
+func (rc *restartChecker) pods(sts string) []string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return slices.Clone(rc.podLog[sts])
+}
+
+// rollCount is the number of config-hash changes seen on the StatefulSet.
+func (rc *restartChecker) rollCount(sts string) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.rolls[sts]
+}
+
+// lastRoll is when the watch saw the StatefulSet's n-th roll (1-based), zero if not yet.
+func (rc *restartChecker) rollTime(sts string, n int) time.Time {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.rollTimes[sts]) < n {
+		return time.Time{}
+	}
+	return rc.rollTimes[sts][n-1]
+}
+
+// spurious returns the spurious restarts of the StatefulSet (replicas pods) given the data changes the
+// test made: rolls beyond them, plus pods that ran beyond replicas × (1 + rolls) + planned (restarts the
+// test causes on purpose), force-deleted pods left out; and the pods the simulator force-deleted.
+func (rc *restartChecker) spurious(sts string, replicas, dataChanges, planned int) (spurious, forced int) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rolls := rc.rolls[sts]
+	extraRolls := max(rolls-dataChanges, 0)
+	ran := 0
+	for uid := range rc.ran[sts] {
+		if !rc.forced[sts][uid] {
+			ran++
+		}
+	}
+	extraPods := max(ran-replicas*(1+rolls)-planned, 0)
+	return extraRolls + extraPods, len(rc.forced[sts])
+}
+
+// claimChecker is the invariant checker of volume handovers: it watches the namespace's pods and claims
+// and counts the watch events after which one volume is used by two live pods (not Succeeded or Failed,
+// deleted or not: a terminating pod's containers still run). A claim counts as its bound
+// PersistentVolume, so two claims of one ordinal in two versions that share a volume (the handover) are
+// one; an unbound claim counts as itself.
+type claimChecker struct {
+	mu      sync.Mutex
+	claims  map[string][]string // pod → claims
+	volume  map[string]string   // claim → bound volume
+	doubles int
+	events  int
+}
+
+func watchClaims(t *testing.T, ns string) *claimChecker {
+	t.Helper()
+	w, err := client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	pvcW, err := client.CoreV1().PersistentVolumeClaims(ns).Watch(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	cc := &claimChecker{claims: map[string][]string{}, volume: map[string]string{}}
+	t.Cleanup(w.Stop)
+	t.Cleanup(pvcW.Stop)
+	go func() {
+		for ev := range pvcW.ResultChan() {
+			if pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim); ok && pvc.Spec.VolumeName != "" {
+				cc.mu.Lock()
+				cc.volume[pvc.Name] = pvc.Spec.VolumeName
+				cc.mu.Unlock()
+			}
+		}
+	}()
+	go func() {
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			cc.mu.Lock()
+			live := ev.Type != watch.Deleted && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+			var claims []string
+			if live {
+				for _, v := range pod.Spec.Volumes {
+					if v.PersistentVolumeClaim != nil {
+						claims = append(claims, v.PersistentVolumeClaim.ClaimName)
+					}
+				}
+			}
+			cc.claims[pod.Name] = claims
+			users := map[string]int{}
+			for _, cs := range cc.claims {
+				for _, c := range cs {
+					key := "claim " + c
+					if v := cc.volume[c]; v != "" {
+						key = "volume " + v
+					}
+					users[key]++
+				}
+			}
+			cc.events++
+			for _, n := range users {
+				if n > 1 {
+					cc.doubles++
+					break
+				}
+			}
+			cc.mu.Unlock()
+		}
+	}()
+	return cc
+}
+
+func (cc *claimChecker) counts() (doubles, events int) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.doubles, cc.events
+}
+
+// percentile returns the p-th percentile of ds (nearest rank).
+func extendedPercentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(i-1, 0)]
+}

@@ -1,0 +1,168 @@
+package controller
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+)
+
+// reference is one ConfigMap or Secret named by a pod template.
+type reference struct {
+	kind     string // "ConfigMap" or "Secret"
+	name     string
+	optional bool
+}
+
+// references returns every ConfigMap and Secret the pod spec references through env, envFrom, volumes
+// and projected volumes, sorted and deduplicated (a reference is optional only if every use is).
+func references(spec *corev1.PodSpec) []reference {
+	seen := map[string]*reference{}
+	add := func(kind, name string, optional *bool) {
+		if name == "" {
+			return
+		}
+		opt := optional != nil && *optional
+		key := kind + "/" + name
+		if r, ok := seen[key]; ok {
+			r.optional = r.optional && opt
+			return
+		}
+		seen[key] = &reference{kind: kind, name: name, optional: opt}
+	}
+	containers := slices.Concat(spec.InitContainers, spec.Containers)
+	for _, c := range containers {
+		for _, e := range c.Env {
+			if e.ValueFrom == nil {
+				continue
+			}
+			if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
+				add("ConfigMap", r.Name, r.Optional)
+			}
+			if r := e.ValueFrom.SecretKeyRef; r != nil {
+				add("Secret", r.Name, r.Optional)
+			}
+		}
+		for _, e := range c.EnvFrom {
+			if r := e.ConfigMapRef; r != nil {
+				add("ConfigMap", r.Name, r.Optional)
+			}
+			if r := e.SecretRef; r != nil {
+				add("Secret", r.Name, r.Optional)
+			}
+		}
+	}
+	for _, v := range spec.Volumes {
+		if r := v.ConfigMap; r != nil {
+			add("ConfigMap", r.Name, r.Optional)
+		}
+		if r := v.Secret; r != nil {
+			add("Secret", r.SecretName, r.Optional)
+		}
+		if p := v.Projected; p != nil {
+			for _, s := range p.Sources {
+				if r := s.ConfigMap; r != nil {
+					add("ConfigMap", r.Name, r.Optional)
+				}
+				if r := s.Secret; r != nil {
+					add("Secret", r.Name, r.Optional)
+				}
+			}
+		}
+	}
+	out := make([]reference, 0, len(seen))
+	for _, r := range seen {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b reference) int { return strings.Compare(a.kind+"/"+a.name, b.kind+"/"+b.name) })
+	return out
+}
+
+// referencedNames returns the names of the referenced objects of one kind, for the field indexes.
+func referencedNames(ests *extendedv1alpha1.ExtendedStatefulSet, kind string) []string {
+	var names []string
+	for _, r := range references(&ests.Spec.Template.Spec.Template.Spec) {
+		if r.kind == kind {
+			names = append(names, r.name)
+		}
+	}
+	return names
+}
+
+// configHash is the keyed hash of the referenced data, and the non-optional references that do not exist.
+type configHash struct {
+	hash    string
+	missing []string // "ConfigMap/name"
+}
+
+// computeConfigHash reads every referenced ConfigMap and Secret and hashes their data (data and binaryData;
+// metadata never counts) with HMAC-SHA256 keyed by the ExtendedStatefulSet's UID. The key makes the
+// annotation useless for guessing Secret values by hashing candidates: the same data gives different
+// hashes in different objects, and nothing of the data can be recovered from it. An optional reference
+// that does not exist hashes as absent, so creating it later rolls the pods.
+func computeConfigHash(ctx context.Context, c client.Reader, ests *extendedv1alpha1.ExtendedStatefulSet) (configHash, error) {
+	mac := hmac.New(sha256.New, []byte("fissile.cloudfoundry.org/config-hash/"+string(ests.UID)))
+	var out configHash
+	// Every field is length-prefixed so that no two different inputs give the same byte stream.
+	write := func(s string) { fmt.Fprintf(mac, "%d:%s;", len(s), s) }
+	writeMap := func(data map[string][]byte) {
+		keys := make([]string, 0, len(data))
+		for k := range data {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		write(fmt.Sprint(len(keys)))
+		for _, k := range keys {
+			write(k)
+			write(string(data[k]))
+		}
+	}
+	for _, ref := range references(&ests.Spec.Template.Spec.Template.Spec) {
+		write(ref.kind)
+		write(ref.name)
+		key := client.ObjectKey{Namespace: ests.Namespace, Name: ref.name}
+		var data map[string][]byte
+		var err error
+		switch ref.kind {
+		case "ConfigMap":
+			cm := &corev1.ConfigMap{}
+			if err = c.Get(ctx, key, cm); err == nil {
+				data = make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
+				for k, v := range cm.Data {
+					data["d/"+k] = []byte(v)
+				}
+				for k, v := range cm.BinaryData {
+					data["b/"+k] = v
+				}
+			}
+		case "Secret":
+			s := &corev1.Secret{}
+			if err = c.Get(ctx, key, s); err == nil {
+				data = s.Data
+			}
+		}
+		switch {
+		case apierrors.IsNotFound(err):
+			write("absent")
+			if !ref.optional {
+				out.missing = append(out.missing, ref.kind+"/"+ref.name)
+			}
+		case err != nil:
+			return configHash{}, fmt.Errorf("reading %s %s: %w", ref.kind, ref.name, err)
+		default:
+			write("present")
+			writeMap(data)
+		}
+	}
+	out.hash = hex.EncodeToString(mac.Sum(nil))
+	return out, nil
+}

@@ -1,0 +1,171 @@
+// Package controller is the ExtendedStatefulSet controller of extended-operator. Each template change of
+// an ExtendedStatefulSet is a new version, deployed as its own StatefulSet <name>-v<N> beside the one
+// serving; its canaries come up first and must become Ready within canaryWatchTime (restarted up to
+// retryCount times), then its remaining pods, and once it is fully rolled out the lower versions are
+// deleted. A version that fails is annotated fissile.cloudfoundry.org/stale=true and scaled to zero while
+// the previous version keeps serving. With updateOnEnvChange, a keyed hash of the data of every
+// referenced ConfigMap and Secret is kept in the pod templates, so a data change rolls the pods in place.
+// A template with volumeClaimTemplates upgrades ordinal by ordinal, each ordinal's volumes moving to the
+// new version's claims (handover.go), so data stays with its ordinal and no volume is used by two pods.
+//
+// Restart safety: nothing lives only in memory. Versions, phases, watch start times and retry counts
+// are annotations of the StatefulSets, written with a resourceVersion precondition, and the config hash
+// is recomputed from the data on every reconcile (level-triggered: a change made while the operator was
+// down still rolls the pods). Only the debounce of config bursts is in memory; losing it delays a roll
+// by one quiet period, never skips one.
+//
+// User ConfigMaps and Secrets get no ownerReferences and no finalizers (unlike seed 004): deleting the
+// ExtendedStatefulSet must never garbage-collect them. Referrers are found through field indexes.
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+
+// Field indexes of ExtendedStatefulSets, to find the referrers of a ConfigMap or Secret.
+const (
+	indexConfigMaps = "spec.template.configMapRefs"
+	indexSecrets    = "spec.template.secretRefs"
+)
+
+// Defaults of the timings the command line can change.
+const (
+	// DefaultConfigQuietPeriod is how long referenced data must stay unchanged before the pods roll, so
+	// a burst of edits rolls them once.
+	DefaultConfigQuietPeriod = 2 * time.Second
+	// DefaultConfigMaxDelay bounds the debounce when edits never stop.
+	DefaultConfigMaxDelay = 10 * time.Second
+	// defaultWatchTime applies when the schema default is missing (objects written before it existed).
+	defaultWatchTime = 5 * time.Minute
+	// pollWhileWaiting bounds how long a reconcile waits for pods without an event.
+	pollWhileWaiting = 30 * time.Second
+)
+
+// Reconciler reconciles ExtendedStatefulSets.
+type Reconciler struct {
+	// Client writes StatefulSets, pods and ExtendedStatefulSet status.
+	Client client.Client
+	// Cache reads ExtendedStatefulSets, StatefulSets, ConfigMaps and Secrets (the manager's cache).
+	Cache client.Reader
+	// APIReader lists pods (only to restart canaries; pods are not cached).
+	APIReader client.Reader
+	// Scheme builds ownerReferences.
+	Scheme *runtime.Scheme
+	// Recorder records events.k8s.io Events.
+	Recorder events.EventRecorder
+	// Clock is the operator's clock (a fake one in tests).
+	Clock clock.PassiveClock
+
+	debounce *debouncer
+}
+
+// Options adjust Setup for tests and from the command line.
+type Options struct {
+	// Client replaces the manager's client for writes, e.g. to inject API errors.
+	Client client.Client
+	// Clock replaces the real clock.
+	Clock clock.PassiveClock
+	// ConfigQuietPeriod and ConfigMaxDelay tune the debounce of configuration changes; zero means the
+	// defaults.
+	ConfigQuietPeriod, ConfigMaxDelay time.Duration
+}
+
+// flagOptions are the options set by command-line flags (see AddFlags).
+var flagOptions Options
+
+// AddFlags adds the operator's flags to the command's flag set.
+func AddFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&flagOptions.ConfigQuietPeriod, "config-quiet-period", DefaultConfigQuietPeriod,
+		"How long referenced ConfigMap/Secret data must stay unchanged before pods roll (bursts roll once).")
+	fs.DurationVar(&flagOptions.ConfigMaxDelay, "config-max-delay", DefaultConfigMaxDelay,
+		"Longest a configuration roll waits for edits to stop.")
+}
+
+// Setup registers the ExtendedStatefulSet controller with the manager, with the command line's options.
+func Setup(ctx context.Context, mgr ctrl.Manager) error {
+	return SetupWithOptions(ctx, mgr, flagOptions)
+}
+
+// SetupWithOptions registers the ExtendedStatefulSet controller with the manager.
+func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	registerMetrics()
+	indexer := mgr.GetFieldIndexer()
+	for index, kind := range map[string]string{indexConfigMaps: "ConfigMap", indexSecrets: "Secret"} {
+		if err := indexer.IndexField(ctx, &extendedv1alpha1.ExtendedStatefulSet{}, index, func(o client.Object) []string {
+			return referencedNames(o.(*extendedv1alpha1.ExtendedStatefulSet), kind)
+		}); err != nil {
+			return err
+		}
+	}
+	if opts.ConfigQuietPeriod <= 0 {
+		opts.ConfigQuietPeriod = DefaultConfigQuietPeriod
+	}
+	if opts.ConfigMaxDelay <= 0 {
+		opts.ConfigMaxDelay = DefaultConfigMaxDelay
+	}
+	r := &Reconciler{
+		Client:    opts.Client,
+		Cache:     mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Scheme:    mgr.GetScheme(),
+		Recorder:  mgr.GetEventRecorder("extended-operator"),
+		Clock:     opts.Clock,
+		debounce:  newDebouncer(opts.ConfigQuietPeriod, opts.ConfigMaxDelay),
+	}
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("extendedstatefulset").
+		For(&extendedv1alpha1.ExtendedStatefulSet{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&appsv1.StatefulSet{}).
+		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexConfigMaps)), builder.WithPredicates(dataChanged())).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexSecrets)), builder.WithPredicates(dataChanged())).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
+}
+
+// Reconcile drives one ExtendedStatefulSet's versions towards its spec and writes its status.
+func (r *Reconciler) Reconcile(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (reconcile.Result, error) {
+	if !ests.DeletionTimestamp.IsZero() {
+		// The StatefulSets are owned by it and go with it; the user's ConfigMaps and Secrets stay.
+		r.debounce.forget(client.ObjectKeyFromObject(ests))
+		return reconcile.Result{}, nil
+	}
+	orig := ests.DeepCopy()
+	o, err := r.reconcileVersions(ctx, ests)
+	if err != nil {
+		o.errMessage = err.Error()
+	}
+	r.applyStatus(ests, o)
+	if serr := r.patchStatus(ctx, ests, orig); serr != nil && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: o.requeueAfter}, nil
+}

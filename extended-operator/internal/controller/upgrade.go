@@ -1,0 +1,473 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+)
+
+// reconcileVersions makes the versions agree with the spec: it creates a version for a new template,
+// drives the newest version through Canary, Rollout and Done (or marks it stale), deletes versions that
+// are neither serving nor newest, keeps replica counts and rolls pods on a configuration change.
+func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (*outcome, error) {
+	now := r.Clock.Now()
+	o := &outcome{}
+	cfg, err := computeConfigHash(ctx, r.Cache, ests)
+	if err != nil {
+		return o, err
+	}
+	o.missing = cfg.missing
+	wantCfg := ""
+	if ests.Spec.EffectiveUpdateOnEnvChange() {
+		wantCfg = cfg.hash
+	}
+	versions, err := r.listVersions(ctx, ests)
+	if err != nil {
+		return o, err
+	}
+	o.versions = versions
+	hash := templateHash(ests)
+	desired := ests.Spec.DesiredReplicas()
+
+	if len(versions) == 0 {
+		if len(o.missing) > 0 {
+			return o, nil // never start pods that cannot start: MissingReference says why
+		}
+		// Nothing serves yet, so the first version needs no canaries.
+		v, err := r.createVersion(ctx, ests, 1, hash, wantCfg, extendedv1alpha1.PhaseDone, desired, now)
+		if v != nil {
+			o.versions = []*version{v}
+			o.newest, o.current = v, v
+		}
+		return o, err
+	}
+
+	newest := versions[len(versions)-1]
+	var current *version
+	for _, v := range versions {
+		if !v.stale() && v.phase() == extendedv1alpha1.PhaseDone {
+			current = v
+		}
+	}
+	o.newest, o.current = newest, current
+
+	// Versions that neither serve nor are the newest were superseded (a lower version once a higher one
+	// is rolled out, or an unfinished or stale version replaced by a newer template).
+	for _, v := range versions {
+		if v != newest && v != current {
+			if handingOver(v, current) {
+				// It runs ordinals on volumes moved from the serving version: they go back first, or
+				// their data would stay behind on its claims.
+				done, err := r.handBack(ctx, ests, o, v, current, desired)
+				if err != nil || !done {
+					o.waiting = fmt.Sprintf("moving the volumes of superseded version %d back to version %d", v.number, current.number)
+					return o, err
+				}
+			}
+			if err := r.deleteVersion(ctx, ests, v, "superseded by version "+strconv.Itoa(newest.number)); err != nil {
+				return o, err
+			}
+		}
+	}
+	if current != nil && current != newest && !handingOver(newest, current) {
+		if err := r.ensureReplicas(ctx, ests, current, desired); err != nil {
+			return o, err
+		}
+	}
+
+	if newest.templateHash() != hash {
+		if err := r.startVersion(ctx, ests, o, newest, current, hash, wantCfg, desired, now); err != nil || o.newest != newest {
+			return o, err
+		}
+		// The new version waits: the existing ones keep being driven and restarted on config changes.
+	}
+
+	if err := r.driveNewest(ctx, ests, o, newest, desired, now); err != nil {
+		return o, err
+	}
+	if len(ests.Spec.Template.Spec.VolumeClaimTemplates) > 0 || usesHandover(newest.sts) {
+		// The last step of each volume move: its reclaim policy back once its new claim is bound.
+		if err := r.restoreHeldVolumes(ctx, o, ests.Namespace); err != nil {
+			return o, err
+		}
+	}
+	return o, r.rollConfig(ctx, ests, o, wantCfg, now)
+}
+
+// startVersion creates the StatefulSet of the next version, unless the serving version must first be
+// Ready (updateNotReady false) or a referenced object is missing.
+func (r *Reconciler) startVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+	newest, current *version, hash, wantCfg string, desired int32, now time.Time) error {
+	if len(o.missing) > 0 {
+		o.waiting = "the template changed, but the new version would not start: " + strings.Join(o.missing, ", ") + " missing"
+		return nil
+	}
+	// The gate applies to an upgrade from a settled version; a template change during an upgrade replaces
+	// the version in flight (whose ordinals go back first, see reconcileVersions).
+	if current != nil && current == newest && !ests.Spec.UpdateStrategy.UpdateNotReady && !current.rolledOut() {
+		o.waiting = fmt.Sprintf("the template changed; version %d is not Ready, so the upgrade waits (set spec.updateStrategy.updateNotReady to upgrade anyway)", current.number)
+		o.requeueAfter = pollWhileWaiting
+		return nil
+	}
+	canaries := min(ptr.Deref(ests.Spec.UpdateStrategy.Canaries, 1), desired)
+	phase, replicas := extendedv1alpha1.PhaseCanary, canaries
+	if canaries <= 0 || current == nil {
+		// No canaries asked for, or nothing serves that they would protect.
+		phase, replicas = extendedv1alpha1.PhaseRollout, desired
+	}
+	if current != nil && len(ests.Spec.Template.Spec.VolumeClaimTemplates) > 0 {
+		// The ordinals, with their volumes, move over one at a time (handover.go).
+		replicas = 0
+	}
+	v, err := r.createVersion(ctx, ests, newest.number+1, hash, wantCfg, phase, replicas, now)
+	if v != nil {
+		o.versions = append(o.versions, v)
+		o.newest = v
+		o.requeueAfter = watchTime(ests, phase)
+	}
+	return err
+}
+
+// createVersion creates a version's StatefulSet. An existing one of that name (created by an earlier
+// reconcile whose result the cache had not seen) is not an error: the next reconcile reads it.
+func (r *Reconciler) createVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, number int,
+	hash, cfgHash, phase string, replicas int32, now time.Time) (*version, error) {
+	sts := buildStatefulSet(ests, number, hash, cfgHash, phase, replicas, now)
+	sts.Annotations[replicasAnnotation] = strconv.Itoa(int(replicas))
+	if err := r.setOwner(ests, sts); err != nil {
+		return nil, err
+	}
+	if err := r.Client.Create(ctx, sts); err != nil {
+		if apierrors.IsAlreadyExists(err) || apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			// Made by an earlier reconcile the cache has not shown yet; or the namespace is going away,
+			// and the ExtendedStatefulSet with it.
+			return nil, nil
+		}
+		return nil, fmt.Errorf("creating StatefulSet %s: %w", sts.Name, err)
+	}
+	versionsCreated.WithLabelValues(ests.Namespace, ests.Name).Inc()
+	ctrl.LoggerFrom(ctx).Info("created a version", "statefulSet", sts.Name, "version", number, "phase", phase, "replicas", replicas)
+	r.event(ests, sts, corev1.EventTypeNormal, extendedv1alpha1.EventVersionCreated, "Create",
+		"Created StatefulSet %s for version %d (%s, %d replicas)", sts.Name, number, phase, replicas)
+	return &version{number: number, sts: sts}, nil
+}
+
+// driveNewest moves the newest version through its phases.
+func (r *Reconciler) driveNewest(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+	v *version, desired int32, now time.Time) error {
+	if handingOver(v, o.current) {
+		return r.driveHandover(ctx, ests, o, v, desired, now)
+	}
+	if v.stale() {
+		return r.ensureReplicas(ctx, ests, v, 0)
+	}
+	switch v.phase() {
+	case extendedv1alpha1.PhaseCanary:
+		canaries := min(ptr.Deref(ests.Spec.UpdateStrategy.Canaries, 1), desired)
+		if err := r.ensureReplicas(ctx, ests, v, canaries); err != nil {
+			return err
+		}
+		if v.specReplicas() == canaries && v.ready() >= canaries {
+			return r.setPhase(ctx, ests, v, extendedv1alpha1.PhaseRollout, desired, now,
+				"Version %d: %d canaries Ready, starting the remaining pods", v.number, canaries)
+		}
+		return r.checkWatch(ctx, ests, o, v, now, true)
+	case extendedv1alpha1.PhaseRollout:
+		if err := r.ensureReplicas(ctx, ests, v, desired); err != nil {
+			return err
+		}
+		if v.rolledOut() {
+			return r.finishRollout(ctx, ests, o, v, desired, now)
+		}
+		return r.checkWatch(ctx, ests, o, v, now, false)
+	default: // Done, or an unknown phase written by hand: keep it as the serving version.
+		return r.ensureReplicas(ctx, ests, v, desired)
+	}
+}
+
+// finishRollout makes a fully rolled out version the serving one and deletes the lower versions.
+func (r *Reconciler) finishRollout(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+	v *version, desired int32, now time.Time) error {
+	if start := v.creationTime(); !start.IsZero() && o.current != nil {
+		upgradeDuration.Observe(now.Sub(start).Seconds())
+	}
+	if err := r.setPhase(ctx, ests, v, extendedv1alpha1.PhaseDone, desired, now,
+		"Version %d rolled out: all %d pods Ready", v.number, desired); err != nil {
+		return err
+	}
+	// The lower versions go in this same reconcile, now that this one serves.
+	for _, old := range o.versions {
+		if old.number < v.number {
+			if err := r.deleteVersion(ctx, ests, old, "version "+strconv.Itoa(v.number)+" rolled out"); err != nil {
+				return err
+			}
+		}
+	}
+	o.current = v
+	return nil
+}
+
+// handingOver reports whether newest moves its ordinals over from (or, failed, back to) current.
+func handingOver(newest, current *version) bool {
+	return current != nil && newest != current && usesHandover(newest.sts) &&
+		(!newest.stale() || newest.specReplicas() > 0 || ordinalStart(current.sts) > 0)
+}
+
+// checkWatch enforces the watch time of a version's phase: each newly Ready pod restarts it; when it
+// runs out, canaries are restarted (up to retryCount times) and then the version is marked stale.
+func (r *Reconciler) checkWatch(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+	v *version, now time.Time, canary bool) error {
+	phase := v.phase()
+	limit := watchTime(ests, phase)
+	start := v.phaseStart()
+	if start.IsZero() || v.ready() > v.intAnnotation(extendedv1alpha1.ProgressAnnotation) {
+		// Progress (or no recorded start): the watch restarts for the next pod.
+		return r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+			sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = now.UTC().Format(time.RFC3339Nano)
+			sts.Annotations[extendedv1alpha1.ProgressAnnotation] = strconv.Itoa(int(v.ready()))
+		})
+	}
+	if left := start.Add(limit).Sub(now); left > 0 {
+		o.requeueAfter = left + 10*time.Millisecond
+		return nil
+	}
+	retries := v.intAnnotation(extendedv1alpha1.CanaryRetriesAnnotation)
+	if canary && retries < ests.Spec.UpdateStrategy.RetryCount {
+		if err := r.restartNotReadyPods(ctx, v); err != nil {
+			return err
+		}
+		canaryRetries.WithLabelValues(ests.Namespace, ests.Name).Inc()
+		r.event(ests, v.sts, corev1.EventTypeWarning, extendedv1alpha1.EventCanaryRetry, "Restart",
+			"Version %d: canaries not Ready within %s; restarted them (retry %d of %d)", v.number, limit, retries+1, ests.Spec.UpdateStrategy.RetryCount)
+		o.requeueAfter = limit
+		return r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+			sts.Annotations[extendedv1alpha1.CanaryRetriesAnnotation] = strconv.Itoa(int(retries + 1))
+			sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = now.UTC().Format(time.RFC3339Nano)
+			sts.Annotations[extendedv1alpha1.ProgressAnnotation] = "0"
+		})
+	}
+	reason, what := extendedv1alpha1.ReasonCanaryFailed, "canaries"
+	if !canary {
+		reason, what = extendedv1alpha1.ReasonUpdateFailed, "pods"
+	}
+	msg := fmt.Sprintf("version %d: %s not Ready within %s after %d retries; marked stale", v.number, what, limit, retries)
+	if o.current != nil {
+		msg += fmt.Sprintf(", version %d keeps serving", o.current.number)
+	}
+	return r.markStale(ctx, ests, v, reason, msg)
+}
+
+// markStale annotates a failed version stale and scales it to zero; the serving version is untouched.
+func (r *Reconciler) markStale(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, v *version, reason, msg string) error {
+	handBack := usesHandover(v.sts)
+	if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+		sts.Annotations[extendedv1alpha1.StaleAnnotation] = "true"
+		sts.Annotations[extendedv1alpha1.StaleReasonAnnotation] = reason + ": " + msg
+		if !handBack {
+			// With volumes, the ordinals go back one at a time instead (handBack).
+			sts.Annotations[replicasAnnotation] = "0"
+			sts.Spec.Replicas = ptr.To[int32](0)
+		}
+	}); err != nil {
+		return err
+	}
+	staleVersions.WithLabelValues(ests.Namespace, ests.Name, reason).Inc()
+	ctrl.LoggerFrom(ctx).Info("marked a version stale", "version", v.number, "reason", reason)
+	r.event(ests, v.sts, corev1.EventTypeWarning, extendedv1alpha1.EventVersionStale, "MarkStale", "%s", msg)
+	return nil
+}
+
+// restartNotReadyPods deletes the version's pods that are not Ready; its StatefulSet recreates them.
+func (r *Reconciler) restartNotReadyPods(ctx context.Context, v *version) error {
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(v.sts.Namespace),
+		client.MatchingLabels{extendedv1alpha1.NameLabel: v.sts.Labels[extendedv1alpha1.NameLabel],
+			extendedv1alpha1.VersionLabel: strconv.Itoa(v.number)}); err != nil {
+		return fmt.Errorf("listing the pods of version %d: %w", v.number, err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !p.DeletionTimestamp.IsZero() || podReady(p) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("restarting canary %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// setPhase moves a version to the next phase, with its replica count, and restarts the watch.
+func (r *Reconciler) setPhase(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, v *version, phase string,
+	replicas int32, now time.Time, format string, args ...any) error {
+	if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+		sts.Annotations[extendedv1alpha1.PhaseAnnotation] = phase
+		sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = now.UTC().Format(time.RFC3339Nano)
+		sts.Annotations[extendedv1alpha1.ProgressAnnotation] = strconv.Itoa(int(v.ready()))
+		sts.Annotations[replicasAnnotation] = strconv.Itoa(int(replicas))
+		sts.Spec.Replicas = ptr.To(replicas)
+	}); err != nil {
+		return err
+	}
+	reason := extendedv1alpha1.ReasonRollout
+	if phase == extendedv1alpha1.PhaseDone {
+		reason = extendedv1alpha1.EventRolledOut
+	}
+	ctrl.LoggerFrom(ctx).Info("version phase", "version", v.number, "phase", phase)
+	r.event(ests, v.sts, corev1.EventTypeNormal, reason, "Upgrade", format, args...)
+	return nil
+}
+
+// replicasAnnotation is the replica count the operator last wrote on a StatefulSet: a different
+// spec.replicas means someone else edited it, and it is put back.
+const replicasAnnotation = "fissile.cloudfoundry.org/replicas"
+
+// ensureReplicas sets the version's replicas to want. A count that differs from the one the operator
+// wrote last was edited by someone else: it is put back, with an Event.
+func (r *Reconciler) ensureReplicas(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, v *version, want int32) error {
+	have := v.specReplicas()
+	if have == want && v.annotation(replicasAnnotation) == strconv.Itoa(int(want)) {
+		return nil
+	}
+	if wrote := v.annotation(replicasAnnotation); wrote != "" && wrote != strconv.Itoa(int(have)) {
+		replicasRestored.WithLabelValues(ests.Namespace, ests.Name).Inc()
+		r.event(ests, v.sts, corev1.EventTypeWarning, extendedv1alpha1.EventReplicasRestored, "Scale",
+			"StatefulSet %s was scaled to %d outside the ExtendedStatefulSet; put back to %d (scale the ExtendedStatefulSet instead)", v.sts.Name, have, want)
+	}
+	return r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+		sts.Spec.Replicas = ptr.To(want)
+		sts.Annotations[replicasAnnotation] = strconv.Itoa(int(want))
+	})
+}
+
+// rollConfig puts the wanted config hash into the pod template of every version that is not stale, once
+// the debounce allows: the StatefulSet controller then rolls the pods one at a time.
+func (r *Reconciler) rollConfig(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, wantCfg string, now time.Time) error {
+	key := client.ObjectKeyFromObject(ests)
+	if wantCfg == "" || len(o.missing) > 0 {
+		// Off, or a referenced object is missing: rolling now would start pods that cannot start.
+		r.debounce.forget(key)
+		return nil
+	}
+	var stale []*version
+	for _, v := range o.versions {
+		if !v.stale() && v.configHash() != wantCfg && v.sts.DeletionTimestamp.IsZero() {
+			stale = append(stale, v)
+		}
+	}
+	if len(stale) == 0 {
+		r.debounce.forget(key)
+		return nil
+	}
+	wait, first := r.debounce.wait(key, wantCfg, now)
+	if wait > 0 {
+		o.configPending = true
+		o.requeueAfter = minPositive(o.requeueAfter, wait)
+		return nil
+	}
+	for _, v := range stale {
+		if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+			if sts.Spec.Template.Annotations == nil {
+				sts.Spec.Template.Annotations = map[string]string{}
+			}
+			sts.Spec.Template.Annotations[extendedv1alpha1.ConfigHashAnnotation] = wantCfg
+		}); err != nil {
+			return err
+		}
+		configRestarts.WithLabelValues(ests.Namespace, ests.Name).Inc()
+		ctrl.LoggerFrom(ctx).Info("referenced configuration changed: rolling the pods", "statefulSet", v.sts.Name)
+		r.event(ests, v.sts, corev1.EventTypeNormal, extendedv1alpha1.EventConfigRestart, "Restart",
+			"Referenced ConfigMap/Secret data changed: rolling the pods of StatefulSet %s", v.sts.Name)
+	}
+	configDelay.Observe(now.Sub(first).Seconds())
+	r.debounce.forget(key)
+	o.configRolled = true
+	return nil
+}
+
+// deleteVersion deletes a version's StatefulSet (its pods go with it; its claims stay, as for any
+// StatefulSet).
+func (r *Reconciler) deleteVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, v *version, why string) error {
+	if !v.sts.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, v.sts, client.Preconditions{UID: &v.sts.UID},
+		client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting StatefulSet %s: %w", v.sts.Name, err)
+	}
+	v.sts.DeletionTimestamp = ptr.To(metav1.Now()) // for the rest of this reconcile: gone
+	versionsDeleted.WithLabelValues(ests.Namespace, ests.Name).Inc()
+	ctrl.LoggerFrom(ctx).Info("deleted a version", "statefulSet", v.sts.Name, "why", why)
+	r.event(ests, v.sts, corev1.EventTypeNormal, extendedv1alpha1.EventVersionDeleted, "Delete",
+		"Deleted StatefulSet %s of version %d: %s", v.sts.Name, v.number, why)
+	return nil
+}
+
+// patchVersion applies mutate to the version's StatefulSet and writes it with a resourceVersion
+// precondition: a decision taken on an outdated read fails with a conflict and is taken again.
+func (r *Reconciler) patchVersion(ctx context.Context, v *version, mutate func(*appsv1.StatefulSet)) error {
+	orig := v.sts.DeepCopy()
+	sts := v.sts.DeepCopy()
+	if sts.Annotations == nil {
+		sts.Annotations = map[string]string{}
+	}
+	mutate(sts)
+	if err := r.Client.Patch(ctx, sts, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("updating StatefulSet %s: %w", sts.Name, err)
+	}
+	v.sts = sts
+	return nil
+}
+
+// isProgressingFor reports whether the status already says Progressing for that reason (so its Event
+// was recorded).
+func isProgressingFor(ests *extendedv1alpha1.ExtendedStatefulSet, reason string) bool {
+	for _, c := range ests.Status.Conditions {
+		if c.Type == extendedv1alpha1.ConditionProgressing {
+			return c.Reason == reason
+		}
+	}
+	return false
+}
+
+// watchTime is the watch of a phase: canaryWatchTime for canaries, updateWatchTime for the rest.
+func watchTime(ests *extendedv1alpha1.ExtendedStatefulSet, phase string) time.Duration {
+	d := ests.Spec.UpdateStrategy.UpdateWatchTime
+	if phase == extendedv1alpha1.PhaseCanary {
+		d = ests.Spec.UpdateStrategy.CanaryWatchTime
+	}
+	if d == nil || d.Duration <= 0 {
+		return defaultWatchTime
+	}
+	return d.Duration
+}
+
+func (v *version) creationTime() time.Time { return v.sts.CreationTimestamp.Time }
+
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 {
+		return b
+	}
+	return min(a, b)
+}

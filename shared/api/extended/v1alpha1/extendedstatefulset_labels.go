@@ -1,0 +1,85 @@
+package v1alpha1
+
+// Labels and annotations the operator writes on the StatefulSets (and their pod templates) it creates.
+// All the state of a versioned upgrade lives in them, so an operator restart resumes where it stopped.
+const (
+	// VersionAnnotation is the version of a StatefulSet (seed 004: "Annotated with a version
+	// (auto-incremented on each update)"). Also a label of the StatefulSet, its selector and its pods, so
+	// that the pods of two versions never match each other's selector.
+	VersionAnnotation = "fissile.cloudfoundry.org/version"
+	// VersionLabel is the label twin of VersionAnnotation (same key, value the version number).
+	VersionLabel = VersionAnnotation
+	// NameLabel names the ExtendedStatefulSet on its StatefulSets and their pods.
+	NameLabel = "fissile.cloudfoundry.org/extendedstatefulset-name"
+	// StaleAnnotation ("true") marks the StatefulSet of a version whose upgrade failed (seed 004: "Annotated
+	// if Stale"). A stale version is scaled to zero and never resumed; the next template change makes a new
+	// version.
+	StaleAnnotation = "fissile.cloudfoundry.org/stale"
+	// TemplateHashAnnotation is the hash of spec.template (replicas excluded) a version was built from; a
+	// different hash means a new version.
+	TemplateHashAnnotation = "fissile.cloudfoundry.org/template-hash"
+	// ConfigHashAnnotation, on the pod template, is the keyed hash (HMAC-SHA256) of the data of every
+	// ConfigMap and Secret the pod template references (with updateOnEnvChange). A change rolls the pods.
+	ConfigHashAnnotation = "fissile.cloudfoundry.org/config-hash"
+	// PhaseAnnotation is where a version is in its upgrade: Canary, Rollout or Done.
+	PhaseAnnotation = "fissile.cloudfoundry.org/phase"
+	// PhaseStartAnnotation (RFC 3339) is when the current watch (canaryWatchTime or updateWatchTime) of a
+	// version started; it restarts with each retry and each newly Ready pod.
+	PhaseStartAnnotation = "fissile.cloudfoundry.org/phase-start"
+	// ProgressAnnotation is the Ready pod count of a version when PhaseStartAnnotation was last set.
+	ProgressAnnotation = "fissile.cloudfoundry.org/progress"
+	// CanaryRetriesAnnotation counts the canary retries of a version (see updateStrategy.retryCount).
+	CanaryRetriesAnnotation = "fissile.cloudfoundry.org/canary-retries"
+	// StaleReasonAnnotation says why a version was marked stale.
+	StaleReasonAnnotation = "fissile.cloudfoundry.org/stale-reason"
+)
+
+// Phases of a version (PhaseAnnotation).
+const (
+	// PhaseCanary: the version runs its canaries only; they must become Ready within canaryWatchTime.
+	PhaseCanary = "Canary"
+	// PhaseRollout: the version runs all its replicas; each must become Ready within updateWatchTime.
+	PhaseRollout = "Rollout"
+	// PhaseDone: the version is fully rolled out; lower versions are deleted.
+	PhaseDone = "Done"
+)
+
+// Event reasons of the operator (besides the condition reasons).
+const (
+	// EventVersionCreated: a StatefulSet for a new version was created.
+	EventVersionCreated = "VersionCreated"
+	// EventCanaryRetry: canaries did not become Ready in time and were restarted.
+	EventCanaryRetry = "CanaryRetry"
+	// EventVersionStale: a version failed and was annotated stale.
+	EventVersionStale = "VersionStale"
+	// EventVersionDeleted: a lower version was deleted after a higher one was rolled out.
+	EventVersionDeleted = "VersionDeleted"
+	// EventConfigRestart: referenced configuration data changed; the pods roll.
+	EventConfigRestart = "ConfigRestart"
+	// EventReplicasRestored: a child StatefulSet's replicas were edited and put back.
+	EventReplicasRestored = "ReplicasRestored"
+	// EventRolledOut: a version's pods are all Ready; it is the current version.
+	EventRolledOut = "RolledOut"
+	// EventVolumeHandedOver: a PersistentVolume moved from one version's claim to another's.
+	EventVolumeHandedOver = "VolumeHandedOver"
+)
+
+// EffectiveUpdateOnEnvChange is spec.updateOnEnvChange, else its alias spec.updateOnConfigChange, else
+// false.
+func (s *ExtendedStatefulSetSpec) EffectiveUpdateOnEnvChange() bool {
+	if s.UpdateOnEnvChange != nil {
+		return *s.UpdateOnEnvChange
+	}
+	return s.UpdateOnConfigChange != nil && *s.UpdateOnConfigChange
+}
+
+// DesiredReplicas is spec.template.spec.replicas, else scaling.min, else 1.
+func (s *ExtendedStatefulSetSpec) DesiredReplicas() int32 {
+	if s.Template.Spec.Replicas != nil {
+		return *s.Template.Spec.Replicas
+	}
+	if s.Scaling != nil && s.Scaling.Min != nil {
+		return *s.Scaling.Min
+	}
+	return 1
+}
