@@ -46,19 +46,7 @@ var installExtendedOnce = sync.OnceValue(func() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// Right after the apply, `kubectl wait crd --all` can read a CRD whose status the API server has not
-	// written yet and fail on the missing conditions: apply and wait again.
-	for attempt := 1; ; attempt++ {
-		err = operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", "extended-operator.yaml")}, false)
-		if err == nil || attempt == 5 || ctx.Err() != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Second):
-		}
-	}
+	return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", "extended-operator.yaml")}, false)
 })
 
 // scaleInClusterExtendedOperator scales the Deployment of deploy/extended-operator.yaml and waits.

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Kubectl runs the kubectl binary against one cluster, as a user would.
@@ -55,8 +56,25 @@ func Install(ctx context.Context, k Kubectl, manifests []string, onRealNode bool
 			return err
 		}
 	}
-	_, err := k.Run(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-	return err
+	return waitCRDsEstablished(ctx, k, time.Minute)
+}
+
+// waitCRDsEstablished waits until every CRD is established. Right after an apply, `kubectl wait`
+// can read a CRD whose status the API server has not written yet and fail at once on the missing
+// conditions ("accessor error"), so that failure is retried until the timeout.
+func waitCRDsEstablished(ctx context.Context, k Kubectl, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		out, err := k.Run(ctx, "wait", "--for=condition=Established", "--timeout="+timeout.String(), "crd", "--all")
+		if err == nil || !strings.Contains(out+err.Error(), "accessor error") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // OperatorName returns the operator a manifest installs: deploy/<operator>.yaml.
