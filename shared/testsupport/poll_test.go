@@ -13,9 +13,12 @@ type recorder struct {
 	msg    string
 }
 
-func (r *recorder) Errorf(format string, args ...any) { r.failed = true; r.msg = fmt.Sprintf(format, args...) }
-func (r *recorder) FailNow()                          { panic(r) }
-func (r *recorder) Helper()                           {}
+func (r *recorder) Errorf(format string, args ...any) {
+	r.failed = true
+	r.msg = fmt.Sprintf(format, args...)
+}
+func (r *recorder) FailNow() { panic(r) }
+func (r *recorder) Helper()  {}
 
 func TestNeverWithinPassesWhenTheConditionNeverHolds(t *testing.T) {
 	calls := 0
