@@ -4,6 +4,7 @@ package main
 import (
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/statefulops/statefulops/cluster-operator/internal/controller"
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 	"github.com/statefulops/statefulops/shared/manager"
 )
@@ -20,5 +21,6 @@ func main() {
 		Short:            "Runs StatefulCluster: stateful pods whose identities are never reused.",
 		LeaderElectionID: "cluster-operator.enge.me",
 		Schemes:          []func(*runtime.Scheme) error{clusterv1alpha1.AddToScheme},
+		Setup:            controller.Setup,
 	})
 }

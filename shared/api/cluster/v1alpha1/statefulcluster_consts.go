@@ -45,3 +45,20 @@ const (
 	// ReasonHookSucceeded: the last membership hook call succeeded.
 	ReasonHookSucceeded = "HookSucceeded"
 )
+
+// Labels and annotations the operator puts on the objects it creates.
+const (
+	// ClusterNameLabel carries the StatefulCluster's name on its pods, claims and ControllerRevisions
+	// (seed 001's example also selects on it).
+	ClusterNameLabel = "enge.me/statefulcluster"
+	// IdentityLabel carries the identity (the pod name) on its pod and on each of its claims.
+	IdentityLabel = "enge.me/identity"
+	// RetiredLabel is set to "true" on the retained claims of a retired identity: never mounted again.
+	RetiredLabel = "enge.me/retired"
+	// RetiredAtAnnotation is the RFC 3339 time a retained claim was retired.
+	RetiredAtAnnotation = "enge.me/retired-at"
+	// ZoneLabel carries the zone a pod was pinned to by spec.zoneSpread.
+	ZoneLabel = "enge.me/zone"
+	// RevisionLabel is the pod's ControllerRevision hash, as on StatefulSet pods.
+	RevisionLabel = "controller-revision-hash"
+)

@@ -561,6 +561,11 @@ type IdentityRecord struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=16
 	Claims []string `json:"claims,omitempty"`
+
+	// retireHookAt is when the retire membership hook was done for this identity (it succeeded, or failed
+	// under failurePolicy Ignore, or there was no surviving pod to call). Unset while it is due.
+	// +optional
+	RetireHookAt *metav1.Time `json:"retireHookAt,omitempty"`
 }
 
 // RetiredClaim is a claim of a retired identity that was retained.

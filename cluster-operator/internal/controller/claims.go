@@ -1,0 +1,239 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+)
+
+// Claims. Each identity gets one claim per claim template, named after it and created right after its
+// pod (AlreadyExists is success). A claim belongs to its identity only: when the identity is retired
+// and its pod is gone, the claim is deleted or kept (labelled enge.me/retired=true and listed in
+// status.retiredClaims) per persistentVolumeClaimRetentionPolicy: whenScaled for a scale-down,
+// whenReplaced for every other retirement. whenDeleted=Delete makes the StatefulCluster an owner of
+// every claim, so the garbage collector deletes them with it.
+
+// maxRetiredClaims caps status.retiredClaims (the CRD's maxItems).
+const maxRetiredClaims = 1000
+
+func (w *work) loadClaims(ctx context.Context) error {
+	var list corev1.PersistentVolumeClaimList
+	if err := w.r.Cache.List(ctx, &list, client.InNamespace(w.sc.Namespace),
+		client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: w.sc.Name}); err != nil {
+		return fmt.Errorf("listing claims: %w", err)
+	}
+	w.claims = list.Items
+	return nil
+}
+
+func (w *work) retentionPolicy() clusterv1alpha1.PersistentVolumeClaimRetentionPolicy {
+	p := ptrValue(w.sc.Spec.PersistentVolumeClaimRetentionPolicy)
+	if p.WhenDeleted == "" {
+		p.WhenDeleted = clusterv1alpha1.RetainClaimRetentionPolicy
+	}
+	if p.WhenScaled == "" {
+		p.WhenScaled = clusterv1alpha1.RetainClaimRetentionPolicy
+	}
+	if p.WhenReplaced == "" {
+		p.WhenReplaced = clusterv1alpha1.RetainClaimRetentionPolicy
+	}
+	return p
+}
+
+// createClaim creates one claim of an identity; one that exists already is fine.
+func (w *work) createClaim(ctx context.Context, identity string, ct clusterv1alpha1.PersistentVolumeClaimTemplate) error {
+	labels := map[string]string{}
+	for k, v := range ct.Metadata.Labels {
+		labels[k] = v
+	}
+	if w.sc.Spec.Selector != nil {
+		for k, v := range w.sc.Spec.Selector.MatchLabels {
+			labels[k] = v
+		}
+	}
+	labels[clusterv1alpha1.ClusterNameLabel] = w.sc.Name
+	labels[clusterv1alpha1.IdentityLabel] = identity
+	claim := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: claimName(w.sc, ct.Metadata.Name, identity), Namespace: w.sc.Namespace,
+			Labels: labels, Annotations: ct.Metadata.Annotations,
+		},
+		Spec: *ct.Spec.DeepCopy(),
+	}
+	if w.retentionPolicy().WhenDeleted == clusterv1alpha1.DeleteClaimRetentionPolicy {
+		claim.OwnerReferences = []metav1.OwnerReference{claimOwnerRef(w.sc)}
+	}
+	if err := w.r.Client.Create(ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
+		createFailures.WithLabelValues(w.sc.Namespace, w.sc.Name).Inc()
+		w.r.Recorder.Eventf(w.sc, nil, corev1.EventTypeWarning, clusterv1alpha1.ReasonCreateFailed, "Create",
+			"Failed to create claim %s: %v", claim.Name, err)
+		return fmt.Errorf("creating claim %s: %w", claim.Name, err)
+	}
+	return nil
+}
+
+func claimOwnerRef(sc *clusterv1alpha1.StatefulCluster) metav1.OwnerReference {
+	ref := *controllerRef(sc)
+	ref.Controller, ref.BlockOwnerDeletion = nil, nil
+	return ref
+}
+
+// ensureClaims creates the missing claims of live pods that are not scheduled yet: a claim creation
+// that failed after its pod was created is retried. A scheduled pod's missing claim is not recreated
+// (it was deleted by someone: an empty claim under the same identity would be a reuse in disguise).
+func (w *work) ensureClaims(ctx context.Context) {
+	if len(w.sc.Spec.VolumeClaimTemplates) == 0 {
+		return
+	}
+	have := map[string]bool{}
+	for _, c := range w.claims {
+		have[c.Name] = true
+	}
+	for _, m := range w.pods {
+		if m.pod == nil || m.terminating || m.pod.Spec.NodeName != "" {
+			continue
+		}
+		for _, ct := range w.sc.Spec.VolumeClaimTemplates {
+			if have[claimName(w.sc, ct.Metadata.Name, m.name)] {
+				continue
+			}
+			if err := w.createClaim(ctx, m.name, ct); err != nil {
+				w.fail("%v", err)
+			}
+		}
+	}
+}
+
+// retireClaims applies the retention policy to the claims of identities whose pod is gone.
+func (w *work) retireClaims(ctx context.Context) {
+	present := map[string]bool{}
+	for _, m := range w.pods {
+		present[m.name] = true
+	}
+	policy := w.retentionPolicy()
+	for i := range w.claims {
+		claim := &w.claims[i]
+		identity := claim.Labels[clusterv1alpha1.IdentityLabel]
+		if identity == "" || present[identity] || claim.Labels[clusterv1alpha1.RetiredLabel] == "true" || !claim.DeletionTimestamp.IsZero() {
+			continue
+		}
+		// The cache may lag: confirm with the API server that the identity's pod is gone.
+		err := w.r.APIReader.Get(ctx, client.ObjectKey{Namespace: w.sc.Namespace, Name: identity}, &corev1.Pod{})
+		if err == nil {
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			w.fail("reading pod %s: %v", identity, err)
+			continue
+		}
+		keep := policy.WhenReplaced
+		switch reason, known := w.reasonOf(identity); {
+		case known && reason == clusterv1alpha1.RetiredScaledDown:
+			keep = policy.WhenScaled
+		case !known && policy.WhenScaled == clusterv1alpha1.RetainClaimRetentionPolicy:
+			keep = clusterv1alpha1.RetainClaimRetentionPolicy // reason lost: keep the data
+		}
+		if keep == clusterv1alpha1.DeleteClaimRetentionPolicy {
+			if err := w.r.Client.Delete(ctx, claim, client.Preconditions{UID: &claim.UID}); client.IgnoreNotFound(err) != nil {
+				w.fail("deleting claim %s: %v", claim.Name, err)
+				continue
+			}
+			claimsRetired.WithLabelValues(w.sc.Namespace, w.sc.Name, "Delete").Inc()
+			w.r.Recorder.Eventf(w.sc, claim, corev1.EventTypeNormal, "ClaimDeleted", "Delete",
+				"Deleted claim %s of retired identity %s", claim.Name, identity)
+			continue
+		}
+		orig := claim.DeepCopy()
+		claim.Labels[clusterv1alpha1.RetiredLabel] = "true"
+		if claim.Annotations == nil {
+			claim.Annotations = map[string]string{}
+		}
+		claim.Annotations[clusterv1alpha1.RetiredAtAnnotation] = w.now.UTC().Format(time.RFC3339)
+		if err := w.r.Client.Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
+			w.fail("labelling claim %s retired: %v", claim.Name, err)
+			continue
+		}
+		claimsRetired.WithLabelValues(w.sc.Namespace, w.sc.Name, "Retain").Inc()
+		w.r.Recorder.Eventf(w.sc, claim, corev1.EventTypeNormal, "ClaimRetained", "Retain",
+			"Kept claim %s of retired identity %s (label %s=true)", claim.Name, identity, clusterv1alpha1.RetiredLabel)
+	}
+}
+
+// reasonOf looks an identity up in the ledger.
+func (w *work) reasonOf(identity string) (clusterv1alpha1.RetirementReason, bool) {
+	for _, rec := range w.sc.Status.Identities {
+		if rec.Name == identity {
+			return rec.Reason, true
+		}
+	}
+	return "", false
+}
+
+// ownClaims makes the StatefulCluster an owner of its claims exactly when whenDeleted is Delete, also
+// after the policy changed.
+func (w *work) ownClaims(ctx context.Context) {
+	want := w.retentionPolicy().WhenDeleted == clusterv1alpha1.DeleteClaimRetentionPolicy
+	for i := range w.claims {
+		claim := &w.claims[i]
+		if !claim.DeletionTimestamp.IsZero() {
+			continue
+		}
+		idx := slices.IndexFunc(claim.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == w.sc.UID })
+		if (idx >= 0) == want {
+			continue
+		}
+		orig := claim.DeepCopy()
+		if want {
+			claim.OwnerReferences = append(claim.OwnerReferences, claimOwnerRef(w.sc))
+		} else {
+			claim.OwnerReferences = slices.Delete(claim.OwnerReferences, idx, idx+1)
+		}
+		if err := w.r.Client.Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			w.fail("setting the owner of claim %s: %v", claim.Name, err)
+		}
+	}
+}
+
+// retiredClaims lists the retained claims, newest first, for status.
+func (w *work) retiredClaims() []clusterv1alpha1.RetiredClaim {
+	var out []clusterv1alpha1.RetiredClaim
+	for _, c := range w.claims {
+		if c.Labels[clusterv1alpha1.RetiredLabel] != "true" || !c.DeletionTimestamp.IsZero() {
+			continue
+		}
+		rc := clusterv1alpha1.RetiredClaim{Name: c.Name, Identity: c.Labels[clusterv1alpha1.IdentityLabel]}
+		if t, err := time.Parse(time.RFC3339, c.Annotations[clusterv1alpha1.RetiredAtAnnotation]); err == nil {
+			rc.RetiredAt = &metav1.Time{Time: t}
+		}
+		out = append(out, rc)
+	}
+	slices.SortFunc(out, func(a, b clusterv1alpha1.RetiredClaim) int {
+		ta, tb := ptrValue(a.RetiredAt).Time, ptrValue(b.RetiredAt).Time
+		if c := tb.Compare(ta); c != 0 {
+			return c
+		}
+		return compareStrings(b.Name, a.Name)
+	})
+	if len(out) > maxRetiredClaims {
+		out = out[:maxRetiredClaims]
+	}
+	return out
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

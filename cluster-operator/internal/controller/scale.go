@@ -1,0 +1,235 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+)
+
+// Scaling. Parallel (the default) creates every missing pod at once, in slow-start batches (1, 2, 4,
+// ...) so that a systematic failure (quota, admission) costs one call, not hundreds; OrderedReady
+// creates one pod at a time and only when every live pod is Ready, and deletes one at a time.
+// Scale-down retires, in order: pods already terminating, not Ready, Pending, of an old revision, and
+// then the newest identities.
+
+// scale creates or retires pods so that replicas (plus the update's surge) are live.
+func (w *work) scale(ctx context.Context) error {
+	live := w.liveMembers()
+	target := int(ptrValue(w.sc.Spec.Replicas)) + w.surge()
+	switch {
+	case len(live) < target:
+		return w.scaleUp(ctx, live, target-len(live))
+	case len(live) > target:
+		w.scaleDown(ctx, live, len(live)-target)
+	}
+	return nil
+}
+
+func (w *work) ordered() bool {
+	return w.sc.Spec.PodManagementPolicy == clusterv1alpha1.OrderedReadyPodManagement
+}
+
+func (w *work) scaleUp(ctx context.Context, live []*member, missing int) error {
+	if w.holdCreates {
+		w.progress = clusterv1alpha1.ReasonReplacing
+		return nil // a retire hook must succeed first
+	}
+	if w.ordered() {
+		for _, m := range w.pods {
+			if m.terminating || (m.live && !m.ready) {
+				return nil // OrderedReady: the next pod waits until every live pod is Ready
+			}
+		}
+		missing = 1
+	}
+	w.progress = clusterv1alpha1.ReasonScalingUp
+	if w.retiring > 0 {
+		w.progress = clusterv1alpha1.ReasonReplacing
+	}
+	known := map[string]bool{}
+	var traces []string
+	for _, m := range w.pods {
+		known[m.name] = true
+		traces = append(traces, m.name)
+	}
+	for _, c := range w.claims {
+		if id := c.Labels[clusterv1alpha1.IdentityLabel]; id != "" {
+			known[id] = true
+			traces = append(traces, id)
+		}
+	}
+	for _, rec := range w.sc.Status.Identities {
+		known[rec.Name] = true
+	}
+	names, _ := allocate(w.sc, missing, known, traces)
+	updated := w.countUpdated()
+	revisions := make([]string, len(names))
+	for i := range names {
+		revisions[i] = w.newPodRevision(updated)
+		if revisions[i] == w.revs.update.Name {
+			updated++
+		}
+	}
+	zones := make([]string, len(names))
+	if planner := w.newZonePlanner(); planner != nil {
+		for i := range names {
+			zones[i] = planner.next()
+		}
+	}
+	created, err := w.createPods(ctx, names, revisions, zones)
+	if err != nil {
+		return err
+	}
+	w.scaledUp = created
+	if created > 0 {
+		w.r.Recorder.Eventf(w.sc, nil, corev1.EventTypeNormal, "SuccessfulCreate", "Create",
+			"Created %d pod(s) of new identities, %s..%s", created, names[0], names[created-1])
+	}
+	return nil
+}
+
+// createPods creates the pods in slow-start batches and stops at the first batch with a failure.
+// It returns how many were created.
+func (w *work) createPods(ctx context.Context, names, revisions, zones []string) (int, error) {
+	created := 0
+	for batch := 1; created < len(names); batch *= 2 {
+		n := min(batch, len(names)-created)
+		if err := w.reserve(ctx, names[created:created+n]); err != nil {
+			return created, err
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		failed := 0
+		for i := created; i < created+n; i++ {
+			wg.Go(func() {
+				if err := w.createPod(ctx, names[i], revisions[i], zones[i]); err != nil {
+					mu.Lock()
+					failed++
+					w.fail("creating pod %s: %v", names[i], err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		created += n - failed
+		if failed > 0 {
+			break
+		}
+	}
+	return created, nil
+}
+
+// reserve writes the high-water mark past the names about to be used, under the resourceVersion
+// precondition, before any pod of them exists (write-ahead). If the cached object was stale the write
+// conflicts and the reconcile starts again, so names are only ever handed out from the latest mark.
+// Reserving per batch means a failing batch burns few ordinals.
+func (w *work) reserve(ctx context.Context, names []string) error {
+	next := w.sc.Status.NextIdentity
+	for _, name := range names {
+		if n, ok := ordinalOf(w.sc.Name, name); ok && n >= next {
+			next = n + 1
+		}
+	}
+	w.sc.Status.NextIdentity = next
+	// A random name has no mark, but the write still proves the object (and its ledger) was current.
+	if err := w.patchStatus(ctx, w.sc.Spec.IdentityFormat == clusterv1alpha1.RandomIdentityFormat); err != nil {
+		if apierrors.IsConflict(err) {
+			return errConflict
+		}
+		return fmt.Errorf("recording the next identity: %w", err)
+	}
+	return nil
+}
+
+// createPod creates one identity's pod, then its claims (claims are only made for a pod that exists,
+// so a pod that cannot be created leaves no claim behind; the scheduler waits for the claims).
+func (w *work) createPod(ctx context.Context, name, revision, zone string) error {
+	if !w.runJoinHook(ctx, name) {
+		return fmt.Errorf("join hook for %s failed", name)
+	}
+	pod := buildPod(w.sc, w.revs.template(revision), revision, name)
+	if zone != "" {
+		key := w.sc.Spec.ZoneSpread.TopologyKey
+		if key == "" {
+			key = corev1.LabelTopologyZone
+		}
+		pinToZone(pod, key, zone)
+	}
+	if err := w.r.Client.Create(ctx, pod); err != nil {
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return err // the namespace is going away with everything in it: no Event, nothing to fix
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			createFailures.WithLabelValues(w.sc.Namespace, w.sc.Name).Inc()
+			w.r.Recorder.Eventf(w.sc, nil, corev1.EventTypeWarning, clusterv1alpha1.ReasonCreateFailed, "Create",
+				"Failed to create pod %s: %v", name, err)
+			return err
+		}
+		// Only possible when a stale read handed out a name again; the high-water mark's precondition
+		// prevents that, so this pod is not ours to claim: fail loudly.
+		return fmt.Errorf("pod %s already exists", name)
+	}
+	w.r.mem.expectCreated(w.key, name, revision, w.now)
+	podsCreated.WithLabelValues(w.sc.Namespace, w.sc.Name).Inc()
+	if since, ok := w.r.mem.popLost(w.key); ok {
+		replacementLatency.WithLabelValues(w.sc.Namespace, w.sc.Name).Observe(w.r.Clock.Since(since).Seconds())
+	}
+	for _, ct := range w.sc.Spec.VolumeClaimTemplates {
+		if err := w.createClaim(ctx, name, ct); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scaleDown retires `excess` live pods, in victim order.
+func (w *work) scaleDown(ctx context.Context, live []*member, excess int) {
+	w.progress = clusterv1alpha1.ReasonScalingDown
+	if w.ordered() {
+		for _, m := range w.pods {
+			if m.terminating {
+				return // OrderedReady: one at a time
+			}
+		}
+		excess = 1
+	}
+	rank := func(m *member) int {
+		switch {
+		case m.terminating:
+			return 0
+		case m.pod == nil:
+			return 5 // created, not yet seen: never a victim
+		case m.pod.Spec.NodeName == "" || m.pod.Status.Phase == corev1.PodPending || m.pod.Status.Phase == "":
+			return 2
+		case !m.ready:
+			return 1
+		case m.revision != w.revs.update.Name:
+			return 3
+		}
+		return 4
+	}
+	victims := slices.Clone(live)
+	slices.SortStableFunc(victims, func(a, b *member) int {
+		if ra, rb := rank(a), rank(b); ra != rb {
+			return ra - rb
+		}
+		if a.ordinal != b.ordinal {
+			return int(b.ordinal - a.ordinal)
+		}
+		return podCreated(b).Compare(podCreated(a))
+	})
+	for _, m := range victims[:excess] {
+		if m.terminating || m.pod == nil {
+			continue
+		}
+		if err := w.deletePod(ctx, m, clusterv1alpha1.RetiredScaledDown, "scaled down"); err != nil {
+			w.fail("scaling down pod %s: %v", m.name, err)
+		}
+	}
+}

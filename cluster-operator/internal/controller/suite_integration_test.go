@@ -1,0 +1,427 @@
+//go:build integration
+
+package controller
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+)
+
+// The integration tests run the controller in a manager against envtest's kube-apiserver and etcd.
+// Nothing schedules or runs pods there: a fake kubelet goroutine per test binds new pods to a node,
+// sets them Running and Ready (unless the test holds them back) and finishes the deletion of pods
+// whose node is Ready, as a kubelet would; pods on a NotReady node stay Terminating.
+
+var (
+	cfg    *rest.Config
+	scheme = runtime.NewScheme()
+	k8s    client.WithWatch
+)
+
+const (
+	wait = 30 * time.Second
+	tick = 25 * time.Millisecond
+)
+
+// holdAnnotation keeps the fake kubelet away from a pod: "pending" leaves it unscheduled, "notready"
+// runs it without Ready.
+const holdAnnotation = "test.statefulops.dev/hold"
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+	var err error
+	if cfg, err = env.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := clusterv1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx := context.Background()
+	for _, n := range []string{"node-a", "node-b"} {
+		if err := setNode(ctx, n, true, false); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// setNode creates or updates a node: Ready or not (since now), tainted out-of-service or not.
+func setNode(ctx context.Context, name string, ready, outOfService bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := k8s.Create(ctx, node); err != nil {
+			if !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			if err := k8s.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+				return err
+			}
+		}
+		node.Spec.Taints = nil
+		if outOfService {
+			node.Spec.Taints = []corev1.Taint{{Key: outOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+		}
+		if err := k8s.Update(ctx, node); err != nil {
+			return err
+		}
+		status := corev1.ConditionUnknown
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		return k8s.Status().Update(ctx, node)
+	})
+}
+
+func nodeIsReady(ctx context.Context, name string) bool {
+	node := &corev1.Node{}
+	if err := k8s.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return false
+	}
+	return nodeReadyStatus(node) == corev1.ConditionTrue
+}
+
+// startOperator runs the controller; funcs, when set, intercept its writes to inject API errors. The
+// returned stop ends it like an operator that dies.
+func startOperator(t *testing.T, funcs *interceptor.Funcs) (stop func()) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:     scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(t, err)
+	opts := Options{}
+	if funcs != nil {
+		writer, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+		require.NoError(t, err)
+		opts.Client = interceptor.NewClient(writer, *funcs)
+	}
+	require.NoError(t, SetupWithOptions(t.Context(), mgr, opts))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		assert.NoError(t, mgr.Start(ctx))
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// fixture is a namespace with a fake kubelet and a pod-creation audit.
+type fixture struct {
+	t  *testing.T
+	ns string
+
+	mu       sync.Mutex
+	created  map[string]int // pod name -> how many pods of that name were ever created (ADDED events)
+	maxLive  map[string]int // StatefulCluster -> the most pods ever live at once (not terminating, not finished)
+	liveNow  map[string]map[string]bool
+	adds     int
+	watching bool
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cluster-"}}
+	require.NoError(t, k8s.Create(t.Context(), ns))
+	f := &fixture{t: t, ns: ns.Name, created: map[string]int{}, maxLive: map[string]int{}, liveNow: map[string]map[string]bool{}}
+	f.audit()
+	go f.kubelet()
+	// The StatefulClusters go with the test (envtest has no garbage collector; the pods stay, orphaned
+	// by a dangling controller reference, which the operator never adopts).
+	t.Cleanup(func() {
+		_ = k8s.DeleteAllOf(context.Background(), &clusterv1alpha1.StatefulCluster{}, client.InNamespace(f.ns))
+	})
+	return f
+}
+
+// audit is the invariant checker: it watches the namespace's pods, counts every creation per name
+// (a name created twice is a reused identity) and the most pods live at once per StatefulCluster.
+func (f *fixture) audit() {
+	w, err := k8s.Watch(f.t.Context(), &corev1.PodList{}, client.InNamespace(f.ns))
+	require.NoError(f.t, err)
+	seen := map[string]string{} // name -> UID already counted
+	go func() {
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			f.mu.Lock()
+			if ev.Type == watch.Added && seen[pod.Name] != string(pod.UID) {
+				seen[pod.Name] = string(pod.UID)
+				f.created[pod.Name]++
+				f.adds++
+			}
+			owner := pod.Labels[clusterv1alpha1.ClusterNameLabel]
+			if owner != "" {
+				if f.liveNow[owner] == nil {
+					f.liveNow[owner] = map[string]bool{}
+				}
+				finished := pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+				if ev.Type == watch.Deleted || !pod.DeletionTimestamp.IsZero() || finished {
+					delete(f.liveNow[owner], pod.Name)
+				} else {
+					f.liveNow[owner][pod.Name] = true
+				}
+				f.maxLive[owner] = max(f.maxLive[owner], len(f.liveNow[owner]))
+			}
+			f.mu.Unlock()
+		}
+	}()
+	f.t.Cleanup(func() {
+		w.Stop()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		reuses := 0
+		for name, n := range f.created {
+			if n > 1 {
+				reuses += n - 1
+				f.t.Errorf("pod name %s created %d times", name, n)
+			}
+		}
+		f.t.Logf("invariant checker: %d pods created, %d reused names", f.adds, reuses)
+	})
+}
+
+func (f *fixture) maxLiveOf(sc string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.maxLive[sc]
+}
+
+// kubelet plays the scheduler and kubelets of node-a and node-b, polling the namespace.
+func (f *fixture) kubelet() {
+	ctx := f.t.Context()
+	for ctx.Err() == nil {
+		var pods corev1.PodList
+		if err := k8s.List(ctx, &pods, client.InNamespace(f.ns)); err == nil {
+			for i := range pods.Items {
+				f.kubeletStep(ctx, &pods.Items[i])
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (f *fixture) kubeletStep(ctx context.Context, pod *corev1.Pod) {
+	hold := pod.Annotations[holdAnnotation]
+	if !pod.DeletionTimestamp.IsZero() {
+		if pod.Spec.NodeName == "" || nodeIsReady(ctx, pod.Spec.NodeName) {
+			_ = k8s.Delete(ctx, pod, client.GracePeriodSeconds(0))
+		}
+		return
+	}
+	if pod.Spec.NodeName == "" {
+		if hold == "pending" {
+			return
+		}
+		node := "node-a"
+		if pod.Annotations["test.statefulops.dev/node"] != "" {
+			node = pod.Annotations["test.statefulops.dev/node"]
+		}
+		_ = k8s.SubResource("binding").Create(ctx, pod, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+		})
+		return
+	}
+	if pod.Status.Phase == "" || pod.Status.Phase == corev1.PodPending {
+		if !nodeIsReady(ctx, pod.Spec.NodeName) {
+			return
+		}
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.StartTime = ptr.To(metav1.Now())
+		// Every pod "listens" on loopback, where a test's membership-hook server runs.
+		pod.Status.PodIP = "127.0.0.1"
+		pod.Status.PodIPs = []corev1.PodIP{{IP: "127.0.0.1"}}
+		status := corev1.ConditionTrue
+		if hold == "notready" {
+			status = corev1.ConditionFalse
+		}
+		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+		_ = k8s.Status().Update(ctx, pod)
+	}
+}
+
+// statefulCluster returns a StatefulCluster "name" of n replicas with pods labelled app=name.
+func (f *fixture) statefulCluster(name string, n int32, mods ...func(*clusterv1alpha1.StatefulCluster)) *clusterv1alpha1.StatefulCluster {
+	sc := &clusterv1alpha1.StatefulCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
+		Spec: clusterv1alpha1.StatefulClusterSpec{
+			Replicas: ptr.To(n),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "app:v1"}}},
+			},
+		},
+	}
+	for _, m := range mods {
+		m(sc)
+	}
+	require.NoError(f.t, k8s.Create(f.t.Context(), sc))
+	return sc
+}
+
+// withClaims adds the claim template "data".
+func withClaims(sc *clusterv1alpha1.StatefulCluster) {
+	sc.Spec.VolumeClaimTemplates = []clusterv1alpha1.PersistentVolumeClaimTemplate{{
+		Metadata: clusterv1alpha1.ClaimTemplateMetadata{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}}
+}
+
+// get returns the StatefulCluster, or an empty one when it cannot be read (it is also called from
+// the goroutines of Eventually conditions, which must not fail the test).
+func (f *fixture) get(name string) *clusterv1alpha1.StatefulCluster {
+	sc := &clusterv1alpha1.StatefulCluster{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, sc); err != nil {
+		f.t.Logf("reading StatefulCluster %s: %v", name, err)
+	}
+	return sc
+}
+
+// update changes a StatefulCluster's spec, retrying on conflicts.
+func (f *fixture) update(name string, mod func(*clusterv1alpha1.StatefulCluster)) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sc := &clusterv1alpha1.StatefulCluster{}
+		if err := k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, sc); err != nil {
+			return err
+		}
+		mod(sc)
+		return k8s.Update(f.t.Context(), sc)
+	}))
+}
+
+// pods returns the namespace's pods of a StatefulCluster by name.
+func (f *fixture) pods(sc string) map[string]*corev1.Pod {
+	var list corev1.PodList
+	_ = k8s.List(context.Background(), &list, client.InNamespace(f.ns), client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: sc})
+	out := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out
+}
+
+// names returns the sorted names of the pods that are not terminating.
+func (f *fixture) liveNames(sc string) []string {
+	var names []string
+	for name, p := range f.pods(sc) {
+		if p.DeletionTimestamp.IsZero() {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// waitPods waits until exactly these pods (not terminating) exist, Running and Ready.
+func (f *fixture) waitPods(sc string, want ...string) {
+	f.t.Helper()
+	slices.Sort(want)
+	require.EventuallyWithT(f.t, func(c *assert.CollectT) {
+		pods := f.pods(sc)
+		var got []string
+		for name, p := range pods {
+			if p.DeletionTimestamp.IsZero() {
+				got = append(got, name)
+				ready, _ := podReady(p)
+				assert.True(c, ready, "pod %s Ready", name)
+			}
+		}
+		slices.Sort(got)
+		assert.Equal(c, want, got)
+	}, wait, tick, "pods %s", strings.Join(want, ","))
+}
+
+func (f *fixture) pod(name string) *corev1.Pod {
+	f.t.Helper()
+	pod := &corev1.Pod{}
+	require.NoError(f.t, k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
+	return pod
+}
+
+// setPodStatus changes a pod's status, as a kubelet would.
+func (f *fixture) setPodStatus(name string, mod func(*corev1.Pod)) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod := f.pod(name)
+		mod(pod)
+		return k8s.Status().Update(f.t.Context(), pod)
+	}))
+}
+
+func (f *fixture) claims(sc string) map[string]*corev1.PersistentVolumeClaim {
+	var list corev1.PersistentVolumeClaimList
+	_ = k8s.List(context.Background(), &list, client.InNamespace(f.ns), client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: sc})
+	out := map[string]*corev1.PersistentVolumeClaim{}
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out
+}
+
+func ledgerReasons(sc *clusterv1alpha1.StatefulCluster) map[string]clusterv1alpha1.RetirementReason {
+	out := map[string]clusterv1alpha1.RetirementReason{}
+	for _, rec := range sc.Status.Identities {
+		out[rec.Name] = rec.Reason
+	}
+	return out
+}

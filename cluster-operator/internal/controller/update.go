@@ -1,0 +1,135 @@
+package controller
+
+import (
+	"context"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+)
+
+// Updates. Pods are never updated in place: an updated pod is a new identity of the update revision,
+// and the old one is retired with reason Updated. RollingUpdate replaces pods of old revisions newest
+// first, keeping at least replicas-maxUnavailable pods available and at most replicas+maxSurge live;
+// partition keeps that many pods (the oldest identities, since the newest go first) on the current
+// revision. OnDelete replaces nothing: a pod someone deletes comes back as the update revision.
+
+// updateBounds resolves maxUnavailable and maxSurge against replicas (percentages rounded up).
+func updateBounds(sc *clusterv1alpha1.StatefulCluster) (maxUnavailable, maxSurge, partition int) {
+	replicas := int(ptrValue(sc.Spec.Replicas))
+	maxUnavailable = 1
+	ru := sc.Spec.UpdateStrategy.RollingUpdate
+	if ru == nil {
+		return maxUnavailable, 0, 0
+	}
+	if ru.MaxUnavailable != nil {
+		if v, err := intstr.GetScaledValueFromIntOrPercent(ru.MaxUnavailable, replicas, true); err == nil {
+			maxUnavailable = v
+		}
+	}
+	if ru.MaxSurge != nil {
+		if v, err := intstr.GetScaledValueFromIntOrPercent(ru.MaxSurge, replicas, true); err == nil {
+			maxSurge = v
+		}
+	}
+	if maxUnavailable == 0 && maxSurge == 0 {
+		maxUnavailable = 1 // CEL forbids both 0; a percentage of few replicas can still round to it
+	}
+	return maxUnavailable, maxSurge, int(ptrValue(ru.Partition))
+}
+
+// wantUpdated is how many live pods should be of the update revision.
+func (w *work) wantUpdated() int {
+	replicas := int(ptrValue(w.sc.Spec.Replicas))
+	if w.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType {
+		return replicas
+	}
+	_, _, partition := updateBounds(w.sc)
+	return max(replicas-partition, 0)
+}
+
+// newPodRevision is the revision a new pod gets: the update revision, unless a partition says that
+// enough pods are of it already.
+func (w *work) newPodRevision(updatedSoFar int) string {
+	if w.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType || updatedSoFar < w.wantUpdated() {
+		return w.revs.update.Name
+	}
+	return w.revs.current.Name
+}
+
+func (w *work) countUpdated() int {
+	n := 0
+	for _, m := range w.liveMembers() {
+		if m.revision == w.revs.update.Name {
+			n++
+		}
+	}
+	return n
+}
+
+// rollingUpdate retires pods of old revisions within the bounds.
+func (w *work) rollingUpdate(ctx context.Context) {
+	if w.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType {
+		return
+	}
+	live := w.liveMembers()
+	var old []*member
+	for _, m := range live {
+		if m.pod != nil && !m.terminating && m.revision != w.revs.update.Name {
+			old = append(old, m)
+		}
+	}
+	// The partition keeps replicas-wantUpdated old pods; every other old pod is to be replaced. This
+	// does not depend on how many updated pods exist, so a surge pod does not end the update early.
+	keepOld := int(ptrValue(w.sc.Spec.Replicas)) - w.wantUpdated()
+	w.toUpdate = max(len(old)-keepOld, 0)
+	if w.toUpdate == 0 {
+		return
+	}
+	w.updateRun = true
+	replicas := int(ptrValue(w.sc.Spec.Replicas))
+	maxUnavailable, _, _ := updateBounds(w.sc)
+	availableNow := 0
+	for _, m := range live {
+		if m.available {
+			availableNow++
+		}
+	}
+	// Newest identities first; unavailable ones first of all, since retiring them costs nothing.
+	slices.SortStableFunc(old, func(a, b *member) int {
+		if a.available != b.available {
+			if a.available {
+				return 1
+			}
+			return -1
+		}
+		return int(b.ordinal - a.ordinal)
+	})
+	budget := w.toUpdate
+	for _, m := range old {
+		if budget == 0 {
+			break
+		}
+		if m.available && availableNow-1 < replicas-maxUnavailable {
+			break
+		}
+		if err := w.deletePod(ctx, m, clusterv1alpha1.RetiredUpdated, "replaced by revision "+w.revs.update.Name); err != nil {
+			w.fail("updating pod %s: %v", m.name, err)
+			continue
+		}
+		if m.available {
+			availableNow--
+		}
+		budget--
+	}
+}
+
+// surge is how many pods above replicas the update may run now.
+func (w *work) surge() int {
+	if !w.updateRun {
+		return 0
+	}
+	_, maxSurge, _ := updateBounds(w.sc)
+	return min(maxSurge, w.toUpdate)
+}

@@ -1,0 +1,186 @@
+package controller
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+)
+
+// Watches: a StatefulCluster's spec changes and deletion; its pods (and orphans its selector
+// matches) on every change that can alter a decision; its claims; node readiness and taints, mapped to
+// the StatefulClusters with pods on that node. The operator's own status writes do not wake it.
+
+// clusterPredicate lets through creation, deletion and spec (generation) changes.
+func clusterPredicate() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+	}}
+}
+
+// podPredicate lets through what can change a decision: phase, readiness, deletion, node, labels,
+// owners.
+func podPredicate() predicate.TypedPredicate[*corev1.Pod] {
+	return predicate.TypedFuncs[*corev1.Pod]{UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Pod]) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		or, _ := podReady(o)
+		nr, _ := podReady(n)
+		return or != nr || o.Status.Phase != n.Status.Phase || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+			o.Spec.NodeName != n.Spec.NodeName || !labels.Equals(o.Labels, n.Labels) ||
+			len(o.OwnerReferences) != len(n.OwnerReferences)
+	}}
+}
+
+// podHandler maps a pod to its StatefulCluster (its controller, or for an orphan every StatefulCluster
+// of the namespace whose selector matches it) and keeps the operator's memory of pods current.
+func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconcile.Request] {
+	enqueue := func(ctx context.Context, pod *corev1.Pod, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range r.clustersOfPod(ctx, pod) {
+			q.Add(req)
+		}
+	}
+	note := func(pod *corev1.Pod) {
+		if ready, _ := podReady(pod); ready {
+			r.mem.markReady(pod.UID)
+		}
+		if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "StatefulCluster" {
+			r.mem.observed(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, pod.Name)
+		}
+	}
+	return handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			note(e.Object)
+			enqueue(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			note(e.ObjectNew)
+			enqueue(ctx, e.ObjectNew, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			pod := e.Object
+			if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "StatefulCluster" {
+				r.mem.podGone(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name},
+					gonePod{name: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, created: pod.CreationTimestamp.Time})
+			}
+			enqueue(ctx, pod, q)
+		},
+	}
+}
+
+func (r *Reconciler) clustersOfPod(ctx context.Context, pod *corev1.Pod) []reconcile.Request {
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		if ref.Kind != "StatefulCluster" || ref.APIVersion != clusterv1alpha1.GroupVersion.String() {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}}}
+	}
+	if !pod.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	var list clusterv1alpha1.StatefulClusterList
+	if err := r.Clusters.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Failed to list StatefulClusters", "namespace", pod.Namespace)
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, sc := range list.Items {
+		sel, err := metav1.LabelSelectorAsSelector(sc.Spec.Selector)
+		if err == nil && !sel.Empty() && sel.Matches(labels.Set(pod.Labels)) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: sc.Namespace, Name: sc.Name}})
+		}
+	}
+	return reqs
+}
+
+// claimPredicate lets through deletions and label changes of the operator's claims (creation too:
+// a claim whose pod is gone must be retired).
+func claimPredicate() predicate.TypedPredicate[*corev1.PersistentVolumeClaim] {
+	return predicate.TypedFuncs[*corev1.PersistentVolumeClaim]{UpdateFunc: func(e event.TypedUpdateEvent[*corev1.PersistentVolumeClaim]) bool {
+		return !labels.Equals(e.ObjectOld.Labels, e.ObjectNew.Labels) ||
+			e.ObjectOld.DeletionTimestamp.IsZero() != e.ObjectNew.DeletionTimestamp.IsZero()
+	}}
+}
+
+func claimHandler() handler.TypedEventHandler[*corev1.PersistentVolumeClaim, reconcile.Request] {
+	return handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, c *corev1.PersistentVolumeClaim) []reconcile.Request {
+		name := c.Labels[clusterv1alpha1.ClusterNameLabel]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: name}}}
+	})
+}
+
+// nodePredicate lets through changes of a node's readiness and taints.
+func nodePredicate() predicate.TypedPredicate[*corev1.Node] {
+	return predicate.TypedFuncs[*corev1.Node]{
+		CreateFunc: func(event.TypedCreateEvent[*corev1.Node]) bool { return false },
+		UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Node]) bool {
+			return nodeReadyStatus(e.ObjectOld) != nodeReadyStatus(e.ObjectNew) || len(e.ObjectOld.Spec.Taints) != len(e.ObjectNew.Spec.Taints)
+		},
+	}
+}
+
+func nodeReadyStatus(node *corev1.Node) corev1.ConditionStatus {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status
+		}
+	}
+	return ""
+}
+
+// nodeHandler maps a node to the StatefulClusters of the pods on it.
+func (r *Reconciler) nodeHandler() handler.TypedEventHandler[*corev1.Node, reconcile.Request] {
+	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, node *corev1.Node) []reconcile.Request {
+		var pods corev1.PodList
+		if err := r.Cache.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Failed to list pods", "node", node.Name)
+			return nil
+		}
+		seen := map[reconcile.Request]bool{}
+		var reqs []reconcile.Request
+		for i := range pods.Items {
+			ref := metav1.GetControllerOf(&pods.Items[i])
+			if ref == nil || ref.Kind != "StatefulCluster" {
+				continue
+			}
+			req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pods.Items[i].Namespace, Name: ref.Name}}
+			if !seen[req] {
+				seen[req] = true
+				reqs = append(reqs, req)
+			}
+		}
+		return reqs
+	})
+}
+
+// slimNode keeps a node's name, labels, taints and Ready condition.
+func slimNode(obj any) (any, error) {
+	node, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Node{TypeMeta: node.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion, Labels: node.Labels,
+	}}
+	slim.Spec.Taints = node.Spec.Taints
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			slim.Status.Conditions = []corev1.NodeCondition{c}
+		}
+	}
+	return slim, nil
+}

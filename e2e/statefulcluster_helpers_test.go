@@ -1,0 +1,458 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+
+	"github.com/statefulops/statefulops/e2e/localcluster"
+	"github.com/statefulops/statefulops/e2e/operators"
+	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+)
+
+// Helpers of statefulcluster_test.go: cluster-operator as a local process, a tiny volume provisioner
+// (kwok has no storage: the test binds every claim of its namespace to a PersistentVolume it
+// creates, as a provisioner would) and the invariant checker.
+
+var statefulClusterGVR = schema.GroupVersionResource{Group: "enge.me", Version: "v1alpha1", Resource: "statefulclusters"}
+
+const clusterOperatorName = "cluster-operator"
+
+var installClusterOnce = sync.OnceValue(func() error {
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", "cluster-operator.yaml")}, false)
+})
+
+// scaleInClusterClusterOperator scales the Deployment of deploy/cluster-operator.yaml and waits.
+func scaleInClusterClusterOperator(t *testing.T, replicas int) {
+	t.Helper()
+	ctx := context.WithoutCancel(t.Context())
+	deploy := "deployment/cluster-operator-controller-manager"
+	_, err := kubectl().Run(ctx, "scale", "-n", "cluster-operator-system", deploy, fmt.Sprintf("--replicas=%d", replicas))
+	require.NoError(t, err)
+	_, err = kubectl().Run(ctx, "rollout", "status", "-n", "cluster-operator-system", deploy, "--timeout=120s")
+	require.NoError(t, err)
+	if replicas == 0 {
+		require.Eventually(t, func() bool {
+			pods, err := client.CoreV1().Pods("cluster-operator-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=cluster-operator"})
+			return err == nil && len(pods.Items) == 0
+		}, 2*time.Minute, 100*time.Millisecond, "the in-cluster cluster-operator pod is gone")
+	}
+}
+
+// clusterOperator is the running cluster-operator process.
+type clusterOperator struct {
+	t        *testing.T
+	stateDir string
+}
+
+// startClusterOperator installs deploy/cluster-operator.yaml (once), parks the in-cluster Deployment
+// and starts the operator as a local process under the manifest's ServiceAccount.
+func startClusterOperator(t *testing.T) *clusterOperator {
+	t.Helper()
+	require.NoError(t, installClusterOnce(), "kubectl apply -f deploy/cluster-operator.yaml")
+	scaleInClusterClusterOperator(t, 0)
+	t.Cleanup(func() { scaleInClusterClusterOperator(t, 1) })
+	op := &clusterOperator{t: t, stateDir: filepath.Join(filepath.Dir(kubeconfig), "cluster-e2e")}
+	t.Cleanup(func() {
+		assert.NoError(t, operators.Stop(context.Background(), op.stateDir, 15*time.Second, clusterOperatorName))
+	})
+	op.start()
+	return op
+}
+
+func (o *clusterOperator) start() {
+	o.t.Helper()
+	start := time.Now()
+	b := operators.Binary{Name: clusterOperatorName, ServiceAccount: "cluster-operator-system/cluster-operator-controller-manager",
+		ProbePort: freePort(o.t), MetricsPort: freePort(o.t)}
+	_, err := operators.Start(o.t.Context(), operators.Options{StateDir: o.stateDir, Kubeconfig: kubeconfig}, []operators.Binary{b})
+	require.NoError(o.t, err)
+	o.t.Logf("cluster-operator started and ready in %s (log %s)", time.Since(start).Round(time.Millisecond), operators.LogPath(o.stateDir, clusterOperatorName))
+}
+
+// kill SIGKILLs the process: no cleanup, no release of its leader-election Lease.
+func (o *clusterOperator) kill() {
+	o.t.Helper()
+	raw, err := os.ReadFile(filepath.Join(operators.Dir(o.stateDir), clusterOperatorName+".pid"))
+	require.NoError(o.t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	require.NoError(o.t, err)
+	require.NoError(o.t, syscall.Kill(pid, syscall.SIGKILL))
+	require.NoError(o.t, operators.Stop(o.t.Context(), o.stateDir, time.Second, clusterOperatorName))
+}
+
+func statefulClusters(ns string) dynamic.ResourceInterface {
+	return dynamic.NewForConfigOrDie(restConfig).Resource(statefulClusterGVR).Namespace(ns)
+}
+
+// newStatefulCluster returns a StatefulCluster of pause pods labelled app=name, Parallel, stays
+// Terminating 1s when deleted.
+func newStatefulCluster(name string, replicas int32) *clusterv1alpha1.StatefulCluster {
+	template := podTemplate(name)
+	return &clusterv1alpha1.StatefulCluster{
+		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1alpha1.GroupVersion.String(), Kind: "StatefulCluster"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: clusterv1alpha1.StatefulClusterSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: template,
+		},
+	}
+}
+
+// withDataClaim adds the claim template "data" (1Gi, ReadWriteOnce).
+func withDataClaim(sc *clusterv1alpha1.StatefulCluster) {
+	sc.Spec.VolumeClaimTemplates = []clusterv1alpha1.PersistentVolumeClaimTemplate{{
+		Metadata: clusterv1alpha1.ClaimTemplateMetadata{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}}
+}
+
+func createStatefulCluster(t *testing.T, ns string, sc *clusterv1alpha1.StatefulCluster) {
+	t.Helper()
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(sc)
+	require.NoError(t, err)
+	_, err = statefulClusters(ns).Create(t.Context(), &unstructured.Unstructured{Object: raw}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// getStatefulCluster reads a StatefulCluster (nil when it cannot be read: also used in conditions).
+func getStatefulCluster(t *testing.T, ns, name string) *clusterv1alpha1.StatefulCluster {
+	obj, err := statefulClusters(ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	sc := &clusterv1alpha1.StatefulCluster{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, sc); err != nil {
+		return nil
+	}
+	return sc
+}
+
+// patchStatefulCluster applies a JSON merge patch to the spec.
+func patchStatefulCluster(t *testing.T, ns, name, patch string) {
+	t.Helper()
+	_, err := statefulClusters(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	require.NoError(t, err)
+}
+
+// waitStatefulClusterReady waits for n live, Ready pods of the update revision and condition Ready.
+func waitStatefulClusterReady(t *testing.T, ns, name string, n int32, within time.Duration) *clusterv1alpha1.StatefulCluster {
+	t.Helper()
+	var sc *clusterv1alpha1.StatefulCluster
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		sc = getStatefulCluster(t, ns, name)
+		require.NotNil(c, sc)
+		assert.Equal(c, sc.Generation, sc.Status.ObservedGeneration)
+		assert.Equal(c, n, sc.Status.Replicas)
+		assert.Equal(c, n, sc.Status.ReadyReplicas)
+		assert.Equal(c, n, sc.Status.UpdatedReplicas)
+		assert.Equal(c, sc.Status.UpdateRevision, sc.Status.CurrentRevision)
+		ready := false
+		for _, cond := range sc.Status.Conditions {
+			ready = ready || (cond.Type == clusterv1alpha1.ConditionReady && cond.Status == metav1.ConditionTrue)
+		}
+		assert.True(c, ready, "condition Ready")
+	}, within, tick, "StatefulCluster %s ready with %d pods", name, n)
+	return sc
+}
+
+// livePods returns the pods of a StatefulCluster that count as live (not terminating, not finished),
+// by name.
+func livePods(t *testing.T, ns, name string) map[string]*corev1.Pod {
+	pods, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: clusterv1alpha1.ClusterNameLabel + "=" + name})
+	out := map[string]*corev1.Pod{}
+	if err != nil {
+		return out
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
+			out[p.Name] = p
+		}
+	}
+	return out
+}
+
+func sortedNames(pods map[string]*corev1.Pod) []string {
+	names := make([]string, 0, len(pods))
+	for n := range pods {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(a) - len(b)
+		}
+		return strings.Compare(a, b)
+	})
+	return names
+}
+
+// provisionVolumes binds every claim of the namespace to a new PersistentVolume, a hostPath directory
+// under base (never mounted on kwok; created here for the real node, and removed afterwards), as a
+// dynamic provisioner would; the PersistentVolume controller does the binding.
+func provisionVolumes(t *testing.T, ns, base string) {
+	t.Helper()
+	w, err := client.CoreV1().PersistentVolumeClaims(ns).Watch(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var created []string
+	t.Cleanup(func() {
+		w.Stop()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, pv := range created {
+			_ = client.CoreV1().PersistentVolumes().Delete(context.Background(), pv, metav1.DeleteOptions{})
+			_ = os.RemoveAll(filepath.Join(base, pv))
+		}
+	})
+	go func() {
+		for ev := range w.ResultChan() {
+			pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim)
+			if !ok || ev.Type != watch.Added || pvc.Spec.VolumeName != "" {
+				continue
+			}
+			name := "pv-" + string(pvc.UID)
+			_ = os.MkdirAll(filepath.Join(base, name), 0o777)
+			pv := &corev1.PersistentVolume{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: corev1.PersistentVolumeSpec{
+					Capacity:                      corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests[corev1.ResourceStorage]},
+					AccessModes:                   pvc.Spec.AccessModes,
+					PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+					ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: pvc.Name, UID: pvc.UID},
+					PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(base, name)}},
+				},
+			}
+			if _, err := client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err == nil || apierrors.IsAlreadyExists(err) {
+				mu.Lock()
+				created = append(created, name)
+				mu.Unlock()
+			}
+		}
+	}()
+}
+
+// identityChecker is the invariant checker of one StatefulCluster. It watches the pods and records
+// every pod name ever created (a name created for a second pod UID is a reused identity: must be 0)
+// and the live pods (not terminating, not finished): a creation that makes them exceed the bound
+// (replicas plus the surge the strategy allows, set by the test before it scales) is an
+// over-creation (must be 0). It also timestamps creations, for replacement latencies.
+type identityChecker struct {
+	mu            sync.Mutex
+	name          string
+	uids          map[string]types.UID
+	live          map[string]bool
+	bound         int
+	maxLive       int
+	reuses        int
+	overCreations int
+	createdAt     map[string]time.Time
+	createOrder   []string
+}
+
+// clusterSummary aggregates every checker of the run, for the SUMMARY line.
+var clusterSummary struct {
+	mu                               sync.Mutex
+	checkers                         []*identityChecker
+	latencies, beyondTolerance       []time.Duration
+	podsCreated, reuses, overCreated int
+}
+
+func watchIdentities(t *testing.T, ns, name string, bound int) *identityChecker {
+	t.Helper()
+	c := &identityChecker{name: name, uids: map[string]types.UID{}, live: map[string]bool{}, bound: bound, createdAt: map[string]time.Time{}}
+	selector := clusterv1alpha1.ClusterNameLabel + "=" + name
+	w, err := client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{LabelSelector: selector})
+	require.NoError(t, err)
+	ctx := t.Context()
+	var current watch.Interface = w
+	var wmu sync.Mutex
+	go func() {
+		// The API server closes a watch that falls behind (a loaded machine) or times out: resume from
+		// the last resourceVersion seen, so no creation goes unrecorded.
+		rv := ""
+		for {
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					rv = "" // e.g. 410 Gone: start over; pods already seen keep their UID, so nothing counts twice
+					break
+				}
+				if pod, ok := ev.Object.(*corev1.Pod); ok {
+					rv = pod.ResourceVersion
+					c.observe(ev.Type, pod, time.Now())
+				}
+			}
+			for ctx.Err() == nil {
+				next, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: rv})
+				if err == nil {
+					w = next
+					wmu.Lock()
+					current = next
+					wmu.Unlock()
+					break
+				}
+				rv = ""
+				time.Sleep(100 * time.Millisecond) // test helper, not a reconcile: back off before watching again
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	clusterSummary.mu.Lock()
+	clusterSummary.checkers = append(clusterSummary.checkers, c)
+	clusterSummary.mu.Unlock()
+	t.Cleanup(func() {
+		wmu.Lock()
+		current.Stop()
+		wmu.Unlock()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		t.Logf("invariant checker %s/%s: %d pod names created, %d reuses, max live %d (bound %d), %d over-creations",
+			ns, name, len(c.uids), c.reuses, c.maxLive, c.bound, c.overCreations)
+		assert.Zero(t, c.reuses, "reused identities")
+		assert.Zero(t, c.overCreations, "over-creations")
+	})
+	return c
+}
+
+func (c *identityChecker) observe(typ watch.EventType, pod *corev1.Pod, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	isNew := false
+	if uid, seen := c.uids[pod.Name]; !seen {
+		c.uids[pod.Name] = pod.UID
+		c.createdAt[pod.Name] = at
+		c.createOrder = append(c.createOrder, pod.Name)
+		isNew = true
+	} else if uid != pod.UID {
+		c.reuses++
+		c.uids[pod.Name] = pod.UID
+		isNew = true
+	}
+	liveNow := typ != watch.Deleted && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded
+	if liveNow {
+		c.live[pod.Name] = true
+	} else {
+		delete(c.live, pod.Name)
+	}
+	c.maxLive = max(c.maxLive, len(c.live))
+	if isNew && len(c.live) > c.bound {
+		c.overCreations++
+	}
+}
+
+// setBound sets the most live pods allowed from now on (call before raising replicas, after lowering).
+func (c *identityChecker) setBound(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.bound = n
+}
+
+// createdAfter returns the pods first seen after t, in order, with when.
+func (c *identityChecker) createdAfter(t time.Time) ([]string, []time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var names []string
+	var times []time.Time
+	for _, n := range c.createOrder {
+		if c.createdAt[n].After(t) {
+			names = append(names, n)
+			times = append(times, c.createdAt[n])
+		}
+	}
+	return names, times
+}
+
+func (c *identityChecker) maxLiveNow() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.maxLive
+}
+
+func (c *identityChecker) counts() (names, reuses, over int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.uids), c.reuses, c.overCreations
+}
+
+// percentile returns the p-th percentile (nearest rank) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s))*p+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// scaleNodes creates extra kwok nodes (type=kwok, managed by kwok like the local cluster's own) with
+// room for many pods, for the 0→500 comparison; they are deleted when the test ends.
+func scaleNodes(t *testing.T, n int) {
+	t.Helper()
+	for i := range n {
+		name := fmt.Sprintf("statefulops-kwok-scale-%d", i)
+		capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("256"), corev1.ResourceMemory: resource.MustParse("1Ti"), corev1.ResourcePods: resource.MustParse("400")}
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+				localcluster.KwokNodeLabel: localcluster.KwokNodeValue, corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
+				"statefulops.dev/scale-test": "true",
+			}},
+			Spec: corev1.NodeSpec{PodCIDR: fmt.Sprintf("10.245.%d.0/24", i), PodCIDRs: []string{fmt.Sprintf("10.245.%d.0/24", i)}},
+			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity, Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.0.1.%d", 10+i)}, {Type: corev1.NodeHostName, Address: name}}},
+		}
+		_, err := client.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err)
+		}
+		t.Cleanup(func() { _ = client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	require.Eventually(t, func() bool {
+		nodes, err := client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: "statefulops.dev/scale-test=true"})
+		if err != nil || len(nodes.Items) != n {
+			return false
+		}
+		for i := range nodes.Items {
+			if nodeCondition(&nodes.Items[i], corev1.NodeReady) != corev1.ConditionTrue {
+				return false
+			}
+		}
+		return true
+	}, timeout, tick, "scale-test nodes Ready")
+}
