@@ -79,6 +79,12 @@ func run(m *testing.M) int {
 		cancel()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: local cluster:", err)
+			// Leave nothing half-started behind (processes holding ports, a real node's host changes).
+			downCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			defer cancel()
+			if err := localcluster.DownExisting(downCtx, os.Getenv("E2E_STATE_DIR")); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e: tearing down the half-started local cluster:", err)
+			}
 			return 1
 		}
 		fmt.Fprintf(os.Stderr, "e2e: local cluster up in %s (started=%t), kubeconfig %s\n",
