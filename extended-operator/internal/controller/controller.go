@@ -7,6 +7,8 @@
 // referenced ConfigMap and Secret is kept in the pod templates, so a data change rolls the pods in place.
 // A template with volumeClaimTemplates upgrades ordinal by ordinal, each ordinal's volumes moving to the
 // new version's claims (handover.go), so data stays with its ordinal and no volume is used by two pods.
+// With spec.az.zones each zone has its own versions (<name>-z<index>-v<N>, zones.go), pinned to the zone,
+// and upgrades and configuration rolls go one zone at a time.
 //
 // Restart safety: nothing lives only in memory. Versions, phases, watch start times and retry counts
 // are annotations of the StatefulSets, written with a resourceVersion precondition, and the config hash
@@ -152,7 +154,9 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 func (r *Reconciler) Reconcile(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (reconcile.Result, error) {
 	if !ests.DeletionTimestamp.IsZero() {
 		// The StatefulSets are owned by it and go with it; the user's ConfigMaps and Secrets stay.
-		r.debounce.forget(client.ObjectKeyFromObject(ests))
+		for _, z := range desiredZones(ests) {
+			r.debounce.forget(debounceKey(ests, z))
+		}
 		return reconcile.Result{}, nil
 	}
 	orig := ests.DeepCopy()

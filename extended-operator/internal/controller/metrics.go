@@ -47,6 +47,14 @@ var (
 		Help:    "Time from a version's StatefulSet creation to all its pods Ready (versioned upgrades only).",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
 	})
+	zonesRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "extended_operator_zones_removed_total",
+		Help: "Zones removed from spec.az.zones whose StatefulSets were deleted.",
+	}, []string{"namespace", "extendedstatefulset"})
+	zoneUpgradesWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "extended_operator_zones_waiting",
+		Help: "Zones whose upgrade or configuration roll waits for another zone (zone by zone).",
+	}, []string{"namespace", "extendedstatefulset"})
 	registerOnce sync.Once
 )
 
@@ -54,6 +62,6 @@ var (
 func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(versionsCreated, versionsDeleted, staleVersions, canaryRetries,
-			configRestarts, replicasRestored, volumeHandovers, configDelay, upgradeDuration)
+			configRestarts, replicasRestored, volumeHandovers, configDelay, upgradeDuration, zonesRemoved, zoneUpgradesWaiting)
 	})
 }

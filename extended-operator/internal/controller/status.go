@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,105 @@ type outcome struct {
 	configPending, configRolled bool
 	errMessage                  string
 	requeueAfter                time.Duration
+	// zones are the outcomes per zone (with spec.az.zones); the fields above then summarise them, newest
+	// and current being those of the zone in focus (the one upgrading, else the first with trouble).
+	zones []zoneOutcome
+	// prefix names the zone in focus in condition messages ("" without zones).
+	prefix string
+}
+
+// zoneOutcome is one zone's outcome.
+type zoneOutcome struct {
+	zone zone
+	o    *outcome
+}
+
+// merge summarises the zones' outcomes. Without zones the single outcome is the summary, unchanged.
+func merge(zones []zone, zos []*outcome) *outcome {
+	if len(zones) == 1 && !zones[0].zoned() {
+		return zos[0]
+	}
+	o := &outcome{missing: zos[0].missing}
+	focus, zoneWait := -1, ""
+	for i, zo := range zos {
+		o.zones = append(o.zones, zoneOutcome{zone: zones[i], o: zo})
+		o.versions = append(o.versions, zo.versions...)
+		o.configPending = o.configPending || zo.configPending
+		o.configRolled = o.configRolled || zo.configRolled
+		if zo.requeueAfter > 0 {
+			o.requeueAfter = minPositive(o.requeueAfter, zo.requeueAfter)
+		}
+		switch {
+		case zo.waitReason == extendedv1alpha1.ReasonZoneUpgrade:
+			if zoneWait == "" {
+				zoneWait = zo.waiting
+			}
+		case zo.waiting != "" && o.waiting == "":
+			o.waiting, o.waitReason = fmt.Sprintf("zone %q: %s", zones[i].name, zo.waiting), zo.waitReason
+		}
+	}
+	for _, trouble := range []func(*outcome) bool{
+		upgrading,
+		func(zo *outcome) bool {
+			return zo.newest != nil && zo.newest.stale() && zo.newest.sts.DeletionTimestamp.IsZero()
+		},
+		func(zo *outcome) bool { return zo.current == nil || !zo.current.rolledOut() },
+	} {
+		if focus < 0 {
+			focus = slices.IndexFunc(zos, trouble)
+		}
+	}
+	if focus < 0 {
+		focus = 0
+	}
+	if o.waiting == "" && zoneWait != "" && !upgrading(zos[focus]) {
+		o.waiting, o.waitReason = zoneWait, extendedv1alpha1.ReasonZoneUpgrade
+	}
+	o.newest, o.current = zos[focus].newest, zos[focus].current
+	o.prefix = fmt.Sprintf("zone %q: ", zones[focus].name)
+	return o
+}
+
+// outcomes are the per-zone outcomes, or the outcome itself without zones.
+func (o *outcome) outcomes() []*outcome {
+	if len(o.zones) == 0 {
+		return []*outcome{o}
+	}
+	out := make([]*outcome, len(o.zones))
+	for i, z := range o.zones {
+		out[i] = z.o
+	}
+	return out
+}
+
+// allRolledOut reports whether every zone serves a version with all its pods Ready.
+func (o *outcome) allRolledOut() bool {
+	for _, zo := range o.outcomes() {
+		if zo.current == nil || !zo.current.rolledOut() {
+			return false
+		}
+	}
+	return true
+}
+
+// cleaningUp reports whether a zone still has a lower version next to a newer one that is not stale.
+func (o *outcome) cleaningUp() bool {
+	for _, zo := range o.outcomes() {
+		if len(zo.live()) > 1 && (zo.newest == nil || !zo.newest.stale()) {
+			return true
+		}
+	}
+	return false
+}
+
+// configRolling reports whether a zone's serving version is rolling its pods for a configuration change.
+func (o *outcome) configRolling() bool {
+	for _, zo := range o.outcomes() {
+		if c := zo.current; c != nil && !c.rolledOut() && c.sts.Status.UpdatedReplicas < c.specReplicas() {
+			return true
+		}
+	}
+	return false
 }
 
 // live are the versions not being deleted.
@@ -75,6 +175,12 @@ func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *
 		}
 	}
 
+	if len(o.zones) > 0 {
+		applyZoneStatus(st, o)
+	} else {
+		st.ZoneCount, st.Zones = 0, nil
+	}
+
 	set := func(t string, status bool, reason, msg string) {
 		s := metav1.ConditionFalse
 		if status {
@@ -98,7 +204,7 @@ func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *
 		if reason == "" {
 			reason = extendedv1alpha1.ReasonCanaryFailed
 		}
-		set(extendedv1alpha1.ConditionStale, true, reason, msg)
+		set(extendedv1alpha1.ConditionStale, true, reason, o.prefix+msg)
 	} else {
 		set(extendedv1alpha1.ConditionStale, false, extendedv1alpha1.ReasonReconciled, "no version is stale")
 	}
@@ -118,13 +224,13 @@ func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *
 		}
 	case o.newest != nil && !stale && o.newest.phase() == extendedv1alpha1.PhaseCanary:
 		progressReason, progressMsg = extendedv1alpha1.ReasonCanaryRollout,
-			fmt.Sprintf("version %d: %d of %d canaries Ready", o.newest.number, o.newest.ready(), o.newest.specReplicas())
+			fmt.Sprintf("%sversion %d: %d of %d canaries Ready", o.prefix, o.newest.number, o.newest.ready(), o.newest.specReplicas())
 	case o.newest != nil && !stale && o.newest.phase() == extendedv1alpha1.PhaseRollout:
 		progressReason, progressMsg = extendedv1alpha1.ReasonRollout,
-			fmt.Sprintf("version %d: %d of %d pods Ready", o.newest.number, o.newest.ready(), o.newest.specReplicas())
-	case len(live) > 1 && !stale:
+			fmt.Sprintf("%sversion %d: %d of %d pods Ready", o.prefix, o.newest.number, o.newest.ready(), o.newest.specReplicas())
+	case o.cleaningUp() && !stale:
 		progressReason, progressMsg = extendedv1alpha1.ReasonCleanup, "lower versions are being deleted"
-	case o.configPending || o.configRolled || (o.current != nil && !o.current.rolledOut() && o.current.sts.Status.UpdatedReplicas < o.current.specReplicas()):
+	case o.configPending || o.configRolled || o.configRolling():
 		progressReason, progressMsg = extendedv1alpha1.ReasonConfigChanged, "referenced configuration changed: pods are rolling"
 	}
 	if progressReason != "" && progressReason != "ReconcileError" {
@@ -137,7 +243,7 @@ func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *
 	case o.errMessage != "":
 		set(extendedv1alpha1.ConditionReady, false, "ReconcileError", o.errMessage)
 	case stale:
-		msg := fmt.Sprintf("version %d is stale", o.newest.number)
+		msg := fmt.Sprintf("%sversion %d is stale", o.prefix, o.newest.number)
 		if o.current != nil {
 			msg += fmt.Sprintf("; version %d serves", o.current.number)
 		}
@@ -146,11 +252,49 @@ func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *
 		set(extendedv1alpha1.ConditionReady, false, progressReason, progressMsg)
 	case len(o.missing) > 0:
 		set(extendedv1alpha1.ConditionReady, false, extendedv1alpha1.ReasonReferenceNotFound, "a referenced ConfigMap or Secret is missing")
-	case o.current == nil || !o.current.rolledOut():
-		set(extendedv1alpha1.ConditionReady, false, extendedv1alpha1.ReasonPodsNotReady, "not every pod is Ready")
+	case !o.allRolledOut():
+		set(extendedv1alpha1.ConditionReady, false, extendedv1alpha1.ReasonPodsNotReady, o.prefix+"not every pod is Ready")
+	case len(o.zones) > 0:
+		set(extendedv1alpha1.ConditionReady, true, extendedv1alpha1.ReasonReconciled,
+			fmt.Sprintf("%d zones run with all %d pods Ready", len(o.zones), st.ReadyReplicas))
 	default:
 		set(extendedv1alpha1.ConditionReady, true, extendedv1alpha1.ReasonReconciled,
 			fmt.Sprintf("version %d runs with all %d pods Ready", o.current.number, o.current.specReplicas()))
+	}
+}
+
+// applyZoneStatus writes the per-zone status and the version summary across zones: currentVersion is
+// the lowest version serving in any zone (the one every zone runs at least), updateVersion the highest.
+func applyZoneStatus(st *extendedv1alpha1.ExtendedStatefulSetStatus, o *outcome) {
+	st.ZoneCount = int32(len(o.zones))
+	st.Zones = make([]extendedv1alpha1.ZoneStatus, 0, len(o.zones))
+	st.CurrentVersion, st.UpdateVersion, st.UpdatedReplicas = 0, 0, 0
+	for i, zo := range o.zones {
+		zs := extendedv1alpha1.ZoneStatus{Name: zo.zone.name, Index: int32(zo.zone.index), Versions: map[string]bool{}}
+		for _, v := range zo.o.live() {
+			zs.Versions[strconv.Itoa(v.number)] = v.running()
+			zs.Replicas += v.sts.Status.Replicas
+			zs.ReadyReplicas += v.sts.Status.ReadyReplicas
+		}
+		if len(zs.Versions) == 0 {
+			zs.Versions = nil
+		}
+		if c := zo.o.current; c != nil {
+			zs.CurrentVersion = int32(c.number)
+		}
+		if n := zo.o.newest; n != nil {
+			zs.UpdateVersion = int32(n.number)
+		}
+		if i == 0 || zs.CurrentVersion < st.CurrentVersion {
+			st.CurrentVersion = zs.CurrentVersion
+		}
+		st.UpdateVersion = max(st.UpdateVersion, zs.UpdateVersion)
+		st.Zones = append(st.Zones, zs)
+	}
+	for _, zo := range o.zones {
+		if n := zo.o.newest; n != nil && int32(n.number) == st.UpdateVersion {
+			st.UpdatedReplicas += n.sts.Status.Replicas
+		}
 	}
 }
 

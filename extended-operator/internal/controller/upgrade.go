@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,9 +19,10 @@ import (
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 )
 
-// reconcileVersions makes the versions agree with the spec: it creates a version for a new template,
-// drives the newest version through Canary, Rollout and Done (or marks it stale), deletes versions that
-// are neither serving nor newest, keeps replica counts and rolls pods on a configuration change.
+// reconcileVersions makes the versions of every zone agree with the spec (reconcileZone), one zone at a
+// time where pods are replaced: a zone may start an upgrade only when no other zone is upgrading or
+// rolling and every zone before it runs the new template; a configuration roll waits likewise. The
+// StatefulSets of zones no longer listed are deleted once every listed zone has all its pods Ready.
 func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (*outcome, error) {
 	now := r.Clock.Now()
 	o := &outcome{}
@@ -33,36 +35,137 @@ func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alph
 	if ests.Spec.EffectiveUpdateOnEnvChange() {
 		wantCfg = cfg.hash
 	}
-	versions, err := r.listVersions(ctx, ests)
+	all, err := r.listVersions(ctx, ests)
 	if err != nil {
 		return o, err
 	}
+	zones := desiredZones(ests)
+	byZone := map[string][]*version{}
+	for _, v := range all {
+		byZone[zoneOf(v)] = append(byZone[zoneOf(v)], v)
+	}
+	zos := make([]*outcome, len(zones))
+	for i, z := range zones {
+		zos[i] = &outcome{missing: o.missing}
+		zos[i].classify(byZone[z.name])
+	}
+	waiting := 0
+	for i, z := range zones {
+		zo := zos[i]
+		otherBusy := ""
+		for j := range zones {
+			if j != i && busy(zos[j]) {
+				otherBusy = zones[j].name
+				break
+			}
+		}
+		behind := ""
+		for j := range i {
+			if n := zos[j].newest; n != nil && (n.templateHash() != zones[j].hash || n != zos[j].current) {
+				behind = zones[j].name
+				break
+			}
+		}
+		// A zone replacing its own version in flight (the template changed again) may go on: it is the one
+		// zone busy, and holding it would leave it half upgraded.
+		g := gate{upgrade: otherBusy == "" && (behind == "" || upgrading(zo)), roll: otherBusy == ""}
+		switch {
+		case otherBusy != "":
+			g.why = fmt.Sprintf("zone %q waits: zone %q is upgrading or rolling its pods (zones go one at a time)", z.name, otherBusy)
+		case behind != "":
+			g.why = fmt.Sprintf("zone %q waits: zone %q does not run the new template yet (zones go in spec.az.zones order)", z.name, behind)
+		}
+		if zo.newest != nil {
+			g.next = freeNumber(ests, all, z, zo.newest.number+1)
+		} else if g.next, err = r.firstNumber(ctx, ests, all, z); err != nil {
+			return merge(zones, zos), err
+		}
+		if err := r.reconcileZone(ctx, ests, zo, z, wantCfg, g, now); err != nil {
+			return merge(zones, zos), err
+		}
+		if zo.waitReason == extendedv1alpha1.ReasonZoneUpgrade {
+			waiting++
+		}
+	}
+	zoneUpgradesWaiting.WithLabelValues(ests.Namespace, ests.Name).Set(float64(waiting))
+	o = merge(zones, zos)
+
+	// Zones no longer listed go once the listed ones serve fully, so a move between zone layouts (or from
+	// no zones to zones) never leaves fewer Ready pods than before.
+	for name, vs := range byZone {
+		if slices.ContainsFunc(zones, func(z zone) bool { return z.name == name }) {
+			continue
+		}
+		if !o.allRolledOut() {
+			o.waiting = fmt.Sprintf("zone %q was removed; its StatefulSets go once every listed zone has all its pods Ready", name)
+			o.requeueAfter = minPositive(o.requeueAfter, pollWhileWaiting)
+			continue
+		}
+		if err := r.removeZone(ctx, ests, name, vs); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// gate is what reconcileVersions allows a zone to do in this reconcile.
+type gate struct {
+	// upgrade: the zone may start a new version; roll: it may apply a configuration change.
+	upgrade, roll bool
+	// why says why not.
+	why string
+	// next is the number of the zone's next version.
+	next int
+}
+
+// freeNumber is the lowest version number >= from whose StatefulSet name no other version uses: after
+// the zone list changed, a zone index can name StatefulSets of a removed zone still being deleted.
+func freeNumber(ests *extendedv1alpha1.ExtendedStatefulSet, all []*version, z zone, from int) int {
+	n := from
+	for slices.ContainsFunc(all, func(v *version) bool { return v.sts.Name == statefulSetName(ests, z, n) && zoneOf(v) != z.name }) {
+		n++
+	}
+	return n
+}
+
+// classify records a zone's versions, its newest and the serving one (the highest not stale and Done).
+func (o *outcome) classify(versions []*version) {
 	o.versions = versions
-	hash := templateHash(ests)
-	desired := ests.Spec.DesiredReplicas()
+	if len(versions) == 0 {
+		return
+	}
+	o.newest = versions[len(versions)-1]
+	for _, v := range versions {
+		if !v.stale() && v.phase() == extendedv1alpha1.PhaseDone {
+			o.current = v
+		}
+	}
+}
+
+// reconcileZone makes one zone's versions agree with the spec: it creates a version for a new template
+// (when the gate allows), drives the newest version through Canary, Rollout and Done (or marks it stale),
+// deletes versions that are neither serving nor newest, keeps replica counts and rolls pods on a
+// configuration change (when the gate allows).
+func (r *Reconciler) reconcileZone(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, z zone,
+	wantCfg string, g gate, now time.Time) error {
+	versions := o.versions
+	hash := z.hash
+	desired := z.replicas
 
 	if len(versions) == 0 {
 		if len(o.missing) > 0 {
-			return o, nil // never start pods that cannot start: MissingReference says why
+			return nil // never start pods that cannot start: MissingReference says why
 		}
-		// Nothing serves yet, so the first version needs no canaries.
-		v, err := r.createVersion(ctx, ests, 1, hash, wantCfg, extendedv1alpha1.PhaseDone, desired, now)
+		// Nothing serves yet, so the first version needs no canaries (and starting a zone is no upgrade).
+		v, err := r.createVersion(ctx, ests, z, g.next, wantCfg, extendedv1alpha1.PhaseDone, desired, now)
 		if v != nil {
 			o.versions = []*version{v}
 			o.newest, o.current = v, v
 		}
-		return o, err
+		return err
 	}
 
-	newest := versions[len(versions)-1]
-	var current *version
-	for _, v := range versions {
-		if !v.stale() && v.phase() == extendedv1alpha1.PhaseDone {
-			current = v
-		}
-	}
-	o.newest, o.current = newest, current
-
+	newest, current := o.newest, o.current
 	// Versions that neither serve nor are the newest were superseded (a lower version once a higher one
 	// is rolled out, or an unfinished or stale version replaced by a newer template).
 	for _, v := range versions {
@@ -73,43 +176,54 @@ func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alph
 				done, err := r.handBack(ctx, ests, o, v, current, desired)
 				if err != nil || !done {
 					o.waiting = fmt.Sprintf("moving the volumes of superseded version %d back to version %d", v.number, current.number)
-					return o, err
+					return err
 				}
 			}
 			if err := r.deleteVersion(ctx, ests, v, "superseded by version "+strconv.Itoa(newest.number)); err != nil {
-				return o, err
+				return err
 			}
 		}
 	}
 	if current != nil && current != newest && !handingOver(newest, current) {
 		if err := r.ensureReplicas(ctx, ests, current, desired); err != nil {
-			return o, err
+			return err
 		}
 	}
 
 	if newest.templateHash() != hash {
-		if err := r.startVersion(ctx, ests, o, newest, current, hash, wantCfg, desired, now); err != nil || o.newest != newest {
-			return o, err
+		if !g.upgrade {
+			o.waiting, o.waitReason = g.why, extendedv1alpha1.ReasonZoneUpgrade
+			o.requeueAfter = minPositive(o.requeueAfter, pollWhileWaiting)
+		} else if err := r.startVersion(ctx, ests, o, z, newest, current, g.next, wantCfg, now); err != nil || o.newest != newest {
+			return err
 		}
 		// The new version waits: the existing ones keep being driven and restarted on config changes.
 	}
 
 	if err := r.driveNewest(ctx, ests, o, newest, desired, now); err != nil {
-		return o, err
+		return err
 	}
 	if len(ests.Spec.Template.Spec.VolumeClaimTemplates) > 0 || usesHandover(newest.sts) {
 		// The last step of each volume move: its reclaim policy back once its new claim is bound.
 		if err := r.restoreHeldVolumes(ctx, o, ests.Namespace); err != nil {
-			return o, err
+			return err
 		}
 	}
-	return o, r.rollConfig(ctx, ests, o, wantCfg, now)
+	if !g.roll {
+		if wantCfg != "" && len(o.missing) == 0 && slices.ContainsFunc(o.versions, func(v *version) bool { return !v.stale() && v.configHash() != wantCfg }) {
+			o.configPending = true
+			o.requeueAfter = minPositive(o.requeueAfter, pollWhileWaiting)
+		}
+		return nil
+	}
+	return r.rollConfig(ctx, ests, o, z, wantCfg, now)
 }
 
 // startVersion creates the StatefulSet of the next version, unless the serving version must first be
 // Ready (updateNotReady false) or a referenced object is missing.
-func (r *Reconciler) startVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
-	newest, current *version, hash, wantCfg string, desired int32, now time.Time) error {
+func (r *Reconciler) startVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, z zone,
+	newest, current *version, number int, wantCfg string, now time.Time) error {
+	desired := z.replicas
 	if len(o.missing) > 0 {
 		o.waiting = "the template changed, but the new version would not start: " + strings.Join(o.missing, ", ") + " missing"
 		return nil
@@ -131,7 +245,7 @@ func (r *Reconciler) startVersion(ctx context.Context, ests *extendedv1alpha1.Ex
 		// The ordinals, with their volumes, move over one at a time (handover.go).
 		replicas = 0
 	}
-	v, err := r.createVersion(ctx, ests, newest.number+1, hash, wantCfg, phase, replicas, now)
+	v, err := r.createVersion(ctx, ests, z, number, wantCfg, phase, replicas, now)
 	if v != nil {
 		o.versions = append(o.versions, v)
 		o.newest = v
@@ -142,9 +256,9 @@ func (r *Reconciler) startVersion(ctx context.Context, ests *extendedv1alpha1.Ex
 
 // createVersion creates a version's StatefulSet. An existing one of that name (created by an earlier
 // reconcile whose result the cache had not seen) is not an error: the next reconcile reads it.
-func (r *Reconciler) createVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, number int,
-	hash, cfgHash, phase string, replicas int32, now time.Time) (*version, error) {
-	sts := buildStatefulSet(ests, number, hash, cfgHash, phase, replicas, now)
+func (r *Reconciler) createVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number int,
+	cfgHash, phase string, replicas int32, now time.Time) (*version, error) {
+	sts := buildStatefulSet(ests, z, number, cfgHash, phase, replicas, now)
 	sts.Annotations[replicasAnnotation] = strconv.Itoa(int(replicas))
 	if err := r.setOwner(ests, sts); err != nil {
 		return nil, err
@@ -292,9 +406,12 @@ func (r *Reconciler) markStale(ctx context.Context, ests *extendedv1alpha1.Exten
 // restartNotReadyPods deletes the version's pods that are not Ready; its StatefulSet recreates them.
 func (r *Reconciler) restartNotReadyPods(ctx context.Context, v *version) error {
 	var pods corev1.PodList
-	if err := r.APIReader.List(ctx, &pods, client.InNamespace(v.sts.Namespace),
-		client.MatchingLabels{extendedv1alpha1.NameLabel: v.sts.Labels[extendedv1alpha1.NameLabel],
-			extendedv1alpha1.VersionLabel: strconv.Itoa(v.number)}); err != nil {
+	sel := client.MatchingLabels{extendedv1alpha1.NameLabel: v.sts.Labels[extendedv1alpha1.NameLabel],
+		extendedv1alpha1.VersionLabel: strconv.Itoa(v.number)}
+	if zone := zoneOf(v); zone != "" {
+		sel[extendedv1alpha1.ZoneLabel] = zone // version numbers repeat across zones
+	}
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(v.sts.Namespace), sel); err != nil {
 		return fmt.Errorf("listing the pods of version %d: %w", v.number, err)
 	}
 	for i := range pods.Items {
@@ -363,8 +480,8 @@ func (r *Reconciler) ensureReplicas(ctx context.Context, ests *extendedv1alpha1.
 
 // rollConfig puts the wanted config hash into the pod template of every version that is not stale, once
 // the debounce allows: the StatefulSet controller then rolls the pods one at a time.
-func (r *Reconciler) rollConfig(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, wantCfg string, now time.Time) error {
-	key := client.ObjectKeyFromObject(ests)
+func (r *Reconciler) rollConfig(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, z zone, wantCfg string, now time.Time) error {
+	key := debounceKey(ests, z)
 	if wantCfg == "" || len(o.missing) > 0 {
 		// Off, or a referenced object is missing: rolling now would start pods that cannot start.
 		r.debounce.forget(key)

@@ -76,9 +76,12 @@ func (v *version) rolledOut() bool {
 // running is the seed's notion: at least one pod of the version is Ready.
 func (v *version) running() bool { return v.sts.Status.ReadyReplicas > 0 }
 
-// statefulSetName is the deterministic name of a version's StatefulSet: <name>-v<version>. (Zones, issue 9,
-// will insert -z<index> before the version.)
-func statefulSetName(ests *extendedv1alpha1.ExtendedStatefulSet, number int) string {
+// statefulSetName is the deterministic name of a version's StatefulSet: <name>-v<version>, or
+// <name>-z<zone index>-v<version> in a zone.
+func statefulSetName(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number int) string {
+	if z.zoned() {
+		return fmt.Sprintf("%s-z%d-v%d", ests.Name, z.index, number)
+	}
 	return fmt.Sprintf("%s-v%d", ests.Name, number)
 }
 
@@ -122,8 +125,9 @@ func (r *Reconciler) listVersions(ctx context.Context, ests *extendedv1alpha1.Ex
 // buildStatefulSet returns the StatefulSet of a new version: the template's StatefulSet, named by the
 // operator, with the version in its labels, selector and pod labels (so that the pods of two versions
 // never match each other's selector) and the upgrade state in its annotations.
-func buildStatefulSet(ests *extendedv1alpha1.ExtendedStatefulSet, number int, hash, cfgHash, phase string,
+func buildStatefulSet(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number int, cfgHash, phase string,
 	replicas int32, now time.Time) *appsv1.StatefulSet {
+	hash := z.hash
 	v := strconv.Itoa(number)
 	own := map[string]string{extendedv1alpha1.NameLabel: ests.Name, extendedv1alpha1.VersionLabel: v}
 	spec := ests.Spec.Template.Spec.DeepCopy()
@@ -145,7 +149,7 @@ func buildStatefulSet(ests *extendedv1alpha1.ExtendedStatefulSet, number int, ha
 	spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType}
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      statefulSetName(ests, number),
+			Name:      statefulSetName(ests, z, number),
 			Namespace: ests.Namespace,
 			Labels:    mergeMaps(ests.Spec.Template.Metadata.Labels, own),
 			Annotations: mergeMaps(ests.Spec.Template.Metadata.Annotations, map[string]string{
@@ -159,6 +163,7 @@ func buildStatefulSet(ests *extendedv1alpha1.ExtendedStatefulSet, number int, ha
 		},
 		Spec: *spec,
 	}
+	applyZone(sts, z)
 	return sts
 }
 

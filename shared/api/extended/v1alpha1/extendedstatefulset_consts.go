@@ -51,4 +51,7 @@ const (
 	ReasonReferenceNotFound = "ReferenceNotFound"
 	// ReasonPodsNotReady: some pods are not Ready (yet).
 	ReasonPodsNotReady = "PodsNotReady"
+	// ReasonZoneUpgrade: zones upgrade (and roll on configuration changes) one at a time; the message
+	// names the zone that waits and the zone it waits for.
+	ReasonZoneUpgrade = "ZoneUpgrade"
 )

@@ -83,3 +83,26 @@ func (s *ExtendedStatefulSetSpec) DesiredReplicas() int32 {
 	}
 	return 1
 }
+
+// Zone labels and environment (spec.az). The StatefulSet of a zone carries them, in its selector too, so
+// that the pods and claims of two zones never match each other's StatefulSet.
+const (
+	// ZoneLabel is the name of a pod's zone (spec.az.zones[i]), on the zone's StatefulSets, their
+	// selectors, pods and claims. Absent without zones.
+	ZoneLabel = "fissile.cloudfoundry.org/az-name"
+	// ZoneIndexLabel is the zone's 1-based index in spec.az.zones (the AZ_INDEX its pods see).
+	ZoneIndexLabel = "fissile.cloudfoundry.org/az-index"
+	// ZoneEnvName is the environment variable naming the zone in every container (as in quarks).
+	ZoneEnvName = "KUBE_AZ"
+	// ZoneIndexEnvName is the environment variable with the zone's 1-based index (as in quarks).
+	ZoneIndexEnvName = "AZ_INDEX"
+	// DefaultZoneNodeLabel is the node label naming a node's zone when spec.az.nodeLabel is unset.
+	DefaultZoneNodeLabel = "topology.kubernetes.io/zone"
+)
+
+// Event reasons of zones.
+const (
+	// EventZoneRemoved: a zone left spec.az.zones; its StatefulSets were deleted (its claims kept, unless
+	// zoneRemovalPolicy is Delete).
+	EventZoneRemoved = "ZoneRemoved"
+)

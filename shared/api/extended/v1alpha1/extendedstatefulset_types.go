@@ -240,12 +240,14 @@ type ExtendedStatefulSetStatus struct {
 	// +optional
 	Versions map[string]bool `json:"versions,omitempty"`
 
-	// currentVersion is the version serving: the highest version fully rolled out.
+	// currentVersion is the version serving: the highest version fully rolled out. With zones, the lowest
+	// of the zones' (the version every zone runs at least); status.zones has each zone's.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	CurrentVersion int32 `json:"currentVersion,omitempty"`
 
-	// updateVersion is the newest version (equal to currentVersion when no upgrade is in progress).
+	// updateVersion is the newest version (equal to currentVersion when no upgrade is in progress). With
+	// zones, the highest of the zones'.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	UpdateVersion int32 `json:"updateVersion,omitempty"`
