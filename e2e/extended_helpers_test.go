@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -26,8 +25,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/statefulops/statefulops/e2e/localcluster"
-	"github.com/statefulops/statefulops/e2e/operators"
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 )
 
@@ -37,69 +34,13 @@ import (
 
 var extendedGVR = schema.GroupVersionResource{Group: "fissile.cloudfoundry.org", Version: "v1alpha1", Resource: "extendedstatefulsets"}
 
-const extendedOperatorName = "extended-operator"
-
-var installExtendedOnce = sync.OnceValue(func() error {
-	root, err := localcluster.RepoRoot()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", "extended-operator.yaml")}, false)
-})
-
-// scaleInClusterExtendedOperator scales the Deployment of deploy/extended-operator.yaml and waits.
-func scaleInClusterExtendedOperator(t *testing.T, replicas int) {
-	t.Helper()
-	ctx := context.WithoutCancel(t.Context())
-	deploy := "deployment/extended-operator-controller-manager"
-	_, err := kubectl().Run(ctx, "scale", "-n", "extended-operator-system", deploy, fmt.Sprintf("--replicas=%d", replicas))
-	require.NoError(t, err)
-	_, err = kubectl().Run(ctx, "rollout", "status", "-n", "extended-operator-system", deploy, "--timeout=120s")
-	require.NoError(t, err)
+// startExtendedOperator runs extended-operator as a local process for the test (see
+// startLocalOperator).
+func startExtendedOperator(t *testing.T) *localOperator {
+	return startLocalOperator(t, "extended-operator")
 }
 
-// extendedOperator is the running extended-operator process.
-type extendedOperator struct {
-	t        *testing.T
-	stateDir string
-}
-
-// startExtendedOperator installs deploy/extended-operator.yaml (once), parks its in-cluster Deployment
-// and starts the operator as a local process under its ServiceAccount; stopped when the test ends.
-func startExtendedOperator(t *testing.T) *extendedOperator {
-	t.Helper()
-	require.NoError(t, installExtendedOnce(), "kubectl apply -f deploy/extended-operator.yaml")
-	scaleInClusterExtendedOperator(t, 0)
-	t.Cleanup(func() { scaleInClusterExtendedOperator(t, 1) })
-	op := &extendedOperator{t: t, stateDir: filepath.Join(filepath.Dir(kubeconfig), "extended-e2e")}
-	t.Cleanup(func() {
-		assert.NoError(t, operators.Stop(context.Background(), op.stateDir, 15*time.Second, extendedOperatorName))
-	})
-	op.start()
-	return op
-}
-
-func (o *extendedOperator) start() {
-	o.t.Helper()
-	b := operators.Binary{
-		Name:           extendedOperatorName,
-		ServiceAccount: "extended-operator-system/extended-operator-controller-manager",
-		ProbePort:      freePort(o.t), MetricsPort: freePort(o.t),
-	}
-	start := time.Now()
-	_, err := operators.Start(o.t.Context(), operators.Options{StateDir: o.stateDir, Kubeconfig: kubeconfig}, []operators.Binary{b})
-	require.NoError(o.t, err)
-	o.t.Logf("extended-operator started and ready in %s (log %s)", time.Since(start).Round(time.Millisecond), operators.LogPath(o.stateDir, extendedOperatorName))
-}
-
-// stop ends the process (SIGTERM).
-func (o *extendedOperator) stop() {
-	o.t.Helper()
-	require.NoError(o.t, operators.Stop(o.t.Context(), o.stateDir, 15*time.Second, extendedOperatorName))
-}
-
+// estsClient is the ExtendedStatefulSet resource of ns.
 func estsClient(ns string) dynamic.ResourceInterface {
 	return dynamic.NewForConfigOrDie(restConfig).Resource(extendedGVR).Namespace(ns)
 }

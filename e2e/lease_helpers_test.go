@@ -6,14 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,7 +25,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
-	"github.com/statefulops/statefulops/e2e/operators"
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
 
@@ -51,106 +44,8 @@ const leaseGate = "statefulops.dev/e2e-ready"
 // no controller-runtime client.
 var lockGVR = schema.GroupVersionResource{Group: "app.anukkrit.me", Version: "v1", Resource: "statefulsetlocks"}
 
-// leaseOperatorBinary is lease-operator as the tests run it: under its manifest's ServiceAccount, on
-// loopback ports picked free at each start (not operators.All()'s fixed ports, which a concurrent
-// `make run` or e2e run may hold).
-func leaseOperatorBinary(t *testing.T) operators.Binary {
-	t.Helper()
-	return operators.Binary{
-		Name:           "lease-operator",
-		ServiceAccount: "lease-operator-system/lease-operator-controller-manager",
-		ProbePort:      freePort(t), MetricsPort: freePort(t),
-	}
-}
-
-// leaseOperatorName is the binary's name, which names its PID and log files.
-const leaseOperatorName = "lease-operator"
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-var installLeaseOnce = sync.OnceValue(func() error {
-	root, err := localcluster.RepoRoot()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", "lease-operator.yaml")}, false)
-})
-
-// scaleInClusterLeaseOperator scales the Deployment of deploy/lease-operator.yaml and waits for it.
-func scaleInClusterLeaseOperator(t *testing.T, replicas int) {
-	t.Helper()
-	ctx := context.WithoutCancel(t.Context())
-	deploy := "deployment/lease-operator-controller-manager"
-	_, err := kubectl().Run(ctx, "scale", "-n", "lease-operator-system", deploy, fmt.Sprintf("--replicas=%d", replicas))
-	require.NoError(t, err)
-	_, err = kubectl().Run(ctx, "rollout", "status", "-n", "lease-operator-system", deploy, "--timeout=120s")
-	require.NoError(t, err)
-	if replicas == 0 {
-		require.Eventually(t, func() bool {
-			pods, err := client.CoreV1().Pods("lease-operator-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=lease-operator"})
-			return err == nil && len(pods.Items) == 0
-		}, 2*time.Minute, 100*time.Millisecond, "the in-cluster lease-operator pod is gone")
-	}
-}
-
-// leaseOperator is the running lease-operator process.
-type leaseOperator struct {
-	t        *testing.T
-	stateDir string
-}
-
-// startLeaseOperator installs deploy/lease-operator.yaml (once) and starts the operator; it is stopped
-// when the test ends.
-func startLeaseOperator(t *testing.T) *leaseOperator {
-	t.Helper()
-	require.NoError(t, installLeaseOnce(), "kubectl apply -f deploy/lease-operator.yaml")
-	// The operator installed in the cluster (a real pod on the real node) would compete for the manager's
-	// leader election with the process these tests start, stop and kill: park it meanwhile.
-	scaleInClusterLeaseOperator(t, 0)
-	t.Cleanup(func() { scaleInClusterLeaseOperator(t, 1) })
-	op := &leaseOperator{t: t, stateDir: filepath.Join(filepath.Dir(kubeconfig), "lease-e2e")}
-	t.Cleanup(func() {
-		assert.NoError(t, operators.Stop(context.Background(), op.stateDir, 15*time.Second, leaseOperatorName))
-	})
-	op.start()
-	return op
-}
-
-// start starts the process and waits until it is ready (which includes winning the manager's leader
-// election: after a SIGKILL that waits for the old holder's Lease to expire).
-func (o *leaseOperator) start() {
-	o.t.Helper()
-	start := time.Now()
-	_, err := operators.Start(o.t.Context(), operators.Options{StateDir: o.stateDir, Kubeconfig: kubeconfig}, []operators.Binary{leaseOperatorBinary(o.t)})
-	require.NoError(o.t, err)
-	o.t.Logf("lease-operator started and ready in %s (log %s)", time.Since(start).Round(time.Millisecond), operators.LogPath(o.stateDir, leaseOperatorName))
-}
-
-// kill SIGKILLs the process: no cleanup, no release of its leader-election Lease.
-func (o *leaseOperator) kill() {
-	o.t.Helper()
-	raw, err := os.ReadFile(filepath.Join(operators.Dir(o.stateDir), leaseOperatorName+".pid"))
-	require.NoError(o.t, err)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	require.NoError(o.t, err)
-	require.NoError(o.t, syscall.Kill(pid, syscall.SIGKILL))
-	require.NoError(o.t, operators.Stop(o.t.Context(), o.stateDir, time.Second, leaseOperatorName))
-}
-
-// stop ends the process with SIGTERM, as a rollout of the operator would.
-func (o *leaseOperator) stop() {
-	o.t.Helper()
-	require.NoError(o.t, operators.Stop(o.t.Context(), o.stateDir, 15*time.Second, leaseOperatorName))
-}
+// startLeaseOperator runs lease-operator as a local process for the test (see startLocalOperator).
+func startLeaseOperator(t *testing.T) *localOperator { return startLocalOperator(t, "lease-operator") }
 
 // leaseStatefulSet creates a StatefulSet of pause pods with the readiness gate, started in parallel,
 // each staying Terminating for 2s when deleted, and waits until all replicas are Ready.

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -23,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,9 +31,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-
-	"github.com/statefulops/statefulops/e2e/localcluster"
-	"github.com/statefulops/statefulops/e2e/operators"
 )
 
 // Helpers of rollout_test.go: rollout-operator as a local process, a real Prometheus (Debian's
@@ -44,78 +39,9 @@ import (
 
 var phasedRolloutGVR = schema.GroupVersionResource{Group: "sts.plus", Version: "v1alpha1", Resource: "phasedrollouts"}
 
-const rolloutOperatorName = "rollout-operator"
-
-var installRolloutOnce = sync.OnceValue(func() error {
-	root, err := localcluster.RepoRoot()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", "rollout-operator.yaml")}, false)
-})
-
-// scaleInClusterRolloutOperator scales the Deployment of deploy/rollout-operator.yaml and waits.
-func scaleInClusterRolloutOperator(t *testing.T, replicas int) {
-	t.Helper()
-	ctx := context.WithoutCancel(t.Context())
-	deploy := "deployment/rollout-operator-controller-manager"
-	_, err := kubectl().Run(ctx, "scale", "-n", "rollout-operator-system", deploy, fmt.Sprintf("--replicas=%d", replicas))
-	require.NoError(t, err)
-	_, err = kubectl().Run(ctx, "rollout", "status", "-n", "rollout-operator-system", deploy, "--timeout=120s")
-	require.NoError(t, err)
-	if replicas == 0 {
-		require.Eventually(t, func() bool {
-			pods, err := client.CoreV1().Pods("rollout-operator-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=rollout-operator"})
-			return err == nil && len(pods.Items) == 0
-		}, 2*time.Minute, 100*time.Millisecond, "the in-cluster rollout-operator pod is gone")
-	}
-}
-
-// rolloutOperator is the running rollout-operator process.
-type rolloutOperator struct {
-	t        *testing.T
-	stateDir string
-}
-
-// startRolloutOperator installs deploy/rollout-operator.yaml (once), parks its in-cluster Deployment
-// and starts the operator as a local process under its ServiceAccount; stopped when the test ends.
-func startRolloutOperator(t *testing.T) *rolloutOperator {
-	t.Helper()
-	require.NoError(t, installRolloutOnce(), "kubectl apply -f deploy/rollout-operator.yaml")
-	scaleInClusterRolloutOperator(t, 0)
-	t.Cleanup(func() { scaleInClusterRolloutOperator(t, 1) })
-	op := &rolloutOperator{t: t, stateDir: filepath.Join(filepath.Dir(kubeconfig), "rollout-e2e")}
-	t.Cleanup(func() {
-		assert.NoError(t, operators.Stop(context.Background(), op.stateDir, 15*time.Second, rolloutOperatorName))
-	})
-	op.start()
-	return op
-}
-
-func (o *rolloutOperator) start() {
-	o.t.Helper()
-	b := operators.Binary{
-		Name:           rolloutOperatorName,
-		ServiceAccount: "rollout-operator-system/rollout-operator-controller-manager",
-		ProbePort:      freePort(o.t), MetricsPort: freePort(o.t),
-	}
-	start := time.Now()
-	_, err := operators.Start(o.t.Context(), operators.Options{StateDir: o.stateDir, Kubeconfig: kubeconfig}, []operators.Binary{b})
-	require.NoError(o.t, err)
-	o.t.Logf("rollout-operator started and ready in %s (log %s)", time.Since(start).Round(time.Millisecond), operators.LogPath(o.stateDir, rolloutOperatorName))
-}
-
-// kill SIGKILLs the process: no cleanup, no release of its leader-election Lease.
-func (o *rolloutOperator) kill() {
-	o.t.Helper()
-	raw, err := os.ReadFile(filepath.Join(operators.Dir(o.stateDir), rolloutOperatorName+".pid"))
-	require.NoError(o.t, err)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	require.NoError(o.t, err)
-	require.NoError(o.t, syscall.Kill(pid, syscall.SIGKILL))
-	require.NoError(o.t, operators.Stop(o.t.Context(), o.stateDir, time.Second, rolloutOperatorName))
+// startRolloutOperator runs rollout-operator as a local process for the test (see startLocalOperator).
+func startRolloutOperator(t *testing.T) *localOperator {
+	return startLocalOperator(t, "rollout-operator")
 }
 
 // metricsExporter serves app_errors{namespace,pod} gauges the test sets.

@@ -8,10 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +28,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
-	"github.com/statefulops/statefulops/e2e/operators"
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 )
 
@@ -40,77 +37,12 @@ import (
 
 var statefulClusterGVR = schema.GroupVersionResource{Group: "enge.me", Version: "v1alpha1", Resource: "statefulclusters"}
 
-const clusterOperatorName = "cluster-operator"
-
-var installClusterOnce = sync.OnceValue(func() error {
-	root, err := localcluster.RepoRoot()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", "cluster-operator.yaml")}, false)
-})
-
-// scaleInClusterClusterOperator scales the Deployment of deploy/cluster-operator.yaml and waits.
-func scaleInClusterClusterOperator(t *testing.T, replicas int) {
-	t.Helper()
-	ctx := context.WithoutCancel(t.Context())
-	deploy := "deployment/cluster-operator-controller-manager"
-	_, err := kubectl().Run(ctx, "scale", "-n", "cluster-operator-system", deploy, fmt.Sprintf("--replicas=%d", replicas))
-	require.NoError(t, err)
-	_, err = kubectl().Run(ctx, "rollout", "status", "-n", "cluster-operator-system", deploy, "--timeout=120s")
-	require.NoError(t, err)
-	if replicas == 0 {
-		require.Eventually(t, func() bool {
-			pods, err := client.CoreV1().Pods("cluster-operator-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=cluster-operator"})
-			return err == nil && len(pods.Items) == 0
-		}, 2*time.Minute, 100*time.Millisecond, "the in-cluster cluster-operator pod is gone")
-	}
+// startClusterOperator runs cluster-operator as a local process for the test (see startLocalOperator).
+func startClusterOperator(t *testing.T) *localOperator {
+	return startLocalOperator(t, "cluster-operator")
 }
 
-// clusterOperator is the running cluster-operator process.
-type clusterOperator struct {
-	t        *testing.T
-	stateDir string
-}
-
-// startClusterOperator installs deploy/cluster-operator.yaml (once), parks the in-cluster Deployment
-// and starts the operator as a local process under the manifest's ServiceAccount.
-func startClusterOperator(t *testing.T) *clusterOperator {
-	t.Helper()
-	require.NoError(t, installClusterOnce(), "kubectl apply -f deploy/cluster-operator.yaml")
-	scaleInClusterClusterOperator(t, 0)
-	t.Cleanup(func() { scaleInClusterClusterOperator(t, 1) })
-	op := &clusterOperator{t: t, stateDir: filepath.Join(filepath.Dir(kubeconfig), "cluster-e2e")}
-	t.Cleanup(func() {
-		assert.NoError(t, operators.Stop(context.Background(), op.stateDir, 15*time.Second, clusterOperatorName))
-	})
-	op.start()
-	return op
-}
-
-func (o *clusterOperator) start() {
-	o.t.Helper()
-	start := time.Now()
-	b := operators.Binary{Name: clusterOperatorName, ServiceAccount: "cluster-operator-system/cluster-operator-controller-manager",
-		ProbePort: freePort(o.t), MetricsPort: freePort(o.t)}
-	_, err := operators.Start(o.t.Context(), operators.Options{StateDir: o.stateDir, Kubeconfig: kubeconfig}, []operators.Binary{b})
-	require.NoError(o.t, err)
-	o.t.Logf("cluster-operator started and ready in %s (log %s)", time.Since(start).Round(time.Millisecond), operators.LogPath(o.stateDir, clusterOperatorName))
-}
-
-// kill SIGKILLs the process: no cleanup, no release of its leader-election Lease.
-func (o *clusterOperator) kill() {
-	o.t.Helper()
-	raw, err := os.ReadFile(filepath.Join(operators.Dir(o.stateDir), clusterOperatorName+".pid"))
-	require.NoError(o.t, err)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	require.NoError(o.t, err)
-	require.NoError(o.t, syscall.Kill(pid, syscall.SIGKILL))
-	require.NoError(o.t, operators.Stop(o.t.Context(), o.stateDir, time.Second, clusterOperatorName))
-}
-
+// statefulClusters is the StatefulCluster resource of ns.
 func statefulClusters(ns string) dynamic.ResourceInterface {
 	return dynamic.NewForConfigOrDie(restConfig).Resource(statefulClusterGVR).Namespace(ns)
 }

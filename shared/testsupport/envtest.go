@@ -34,6 +34,12 @@ type Suite struct {
 // addToScheme, fills s, runs the package's tests and stops envtest. It returns the exit code for
 // os.Exit. The controllers' logs are discarded: the tests assert on the cluster, not on log lines.
 func RunSuite(m *testing.M, s *Suite, crdDir string, addToScheme ...func(*runtime.Scheme) error) int {
+	return RunSuiteWith(m, s, crdDir, nil, addToScheme...)
+}
+
+// RunSuiteWith is RunSuite with before, when not nil, run once s is filled and before the tests
+// (e.g. to create the nodes every test relies on); its error ends the run.
+func RunSuiteWith(m *testing.M, s *Suite, crdDir string, before func() error, addToScheme ...func(*runtime.Scheme) error) int {
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
 	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
@@ -55,6 +61,12 @@ func RunSuite(m *testing.M, s *Suite, crdDir string, addToScheme ...func(*runtim
 		return 1
 	}
 	*s = Suite{Config: cfg, Scheme: scheme, Client: c}
+	if before != nil {
+		if err := before(); err != nil {
+			fmt.Fprintln(os.Stderr, "suite setup:", err)
+			return 1
+		}
+	}
 	return m.Run()
 }
 

@@ -44,7 +44,7 @@ func TestNamingNeverReused(t *testing.T) {
 	f.waitPods("x", "x-0", "x-1", "x-2")
 	assert.EqualValues(t, 3, f.get("x").Status.NextIdentity)
 
-	require.NoError(t, k8s.Delete(t.Context(), f.pod("x-1")))
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("x-1")))
 	f.waitPods("x", "x-0", "x-2", "x-3")
 	require.Eventually(t, func() bool { return ledgerReasons(f.get("x"))["x-1"] == clusterv1alpha1.RetiredDeleted }, wait, tick)
 
@@ -52,8 +52,8 @@ func TestNamingNeverReused(t *testing.T) {
 	stop()
 	sc := f.get("x")
 	sc.Status = clusterv1alpha1.StatefulClusterStatus{}
-	require.NoError(t, k8s.Status().Update(t.Context(), sc))
-	require.NoError(t, k8s.Delete(t.Context(), f.pod("x-3")))
+	require.NoError(t, suite.Client.Status().Update(t.Context(), sc))
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("x-3")))
 	require.Eventually(t, func() bool { return f.pods("x")["x-3"] == nil }, wait, tick)
 	startOperator(t, nil)
 	// x-3's claim (kept, since the default whenReplaced is Retain) still tells that x-3 was used.
@@ -68,11 +68,11 @@ func TestNamingNeverReused(t *testing.T) {
 
 	// kubectl scale works through the scale subresource.
 	scale := &autoscalingv1.Scale{}
-	require.NoError(t, k8s.SubResource("scale").Get(t.Context(), f.get("x"), scale))
+	require.NoError(t, suite.Client.SubResource("scale").Get(t.Context(), f.get("x"), scale))
 	assert.EqualValues(t, 3, scale.Status.Replicas)
 	assert.Contains(t, scale.Status.Selector, "app=x")
 	scale.Spec.Replicas = 4
-	require.NoError(t, k8s.SubResource("scale").Update(t.Context(), f.get("x"), client.WithSubResourceBody(scale)))
+	require.NoError(t, suite.Client.SubResource("scale").Update(t.Context(), f.get("x"), client.WithSubResourceBody(scale)))
 	f.waitPods("x", "x-0", "x-2", "x-4", "x-5")
 }
 
@@ -128,14 +128,14 @@ func TestTemplateFidelity(t *testing.T) {
 func TestAdoptionAndOwnership(t *testing.T) {
 	f := newFixture(t)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "other-controller", Namespace: f.ns}}
-	require.NoError(t, k8s.Create(t.Context(), cm))
+	require.NoError(t, suite.Client.Create(t.Context(), cm))
 	orphan := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "legacy-3f2a9c1b", Namespace: f.ns, Labels: map[string]string{"app": "legacy"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "app:v1"}}}}
 	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "foreign", Namespace: f.ns, Labels: map[string]string{"app": "legacy"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID, Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "app:v1"}}}}
-	require.NoError(t, k8s.Create(t.Context(), orphan))
-	require.NoError(t, k8s.Create(t.Context(), foreign))
+	require.NoError(t, suite.Client.Create(t.Context(), orphan))
+	require.NoError(t, suite.Client.Create(t.Context(), foreign))
 
 	startOperator(t, nil)
 	f.statefulCluster("legacy", 2)
@@ -149,7 +149,7 @@ func TestAdoptionAndOwnership(t *testing.T) {
 	require.Eventually(t, func() bool { return len(f.liveNames("legacy")) == 0 }, wait, tick)
 	testsupport.NeverWithin(t, time.Second, tick, func() bool {
 		p := &corev1.Pod{}
-		err := k8s.Get(t.Context(), client.ObjectKeyFromObject(foreign), p)
+		err := suite.Client.Get(t.Context(), client.ObjectKeyFromObject(foreign), p)
 		return err != nil || !p.DeletionTimestamp.IsZero() || metav1.GetControllerOf(p).Kind != "ConfigMap"
 	}, "foreign pod touched")
 	assert.EqualValues(t, 0, f.get("legacy").Status.Replicas)
@@ -286,7 +286,7 @@ func TestRetentionPolicies(t *testing.T) {
 		f.waitPods("d", "d-0")
 		require.Eventually(t, func() bool { return gone(f.claims("d")["d-data-1"]) }, wait, tick)
 		// whenReplaced is Retain (default): a replaced identity's claim stays, labelled.
-		require.NoError(t, k8s.Delete(t.Context(), f.pod("d-0")))
+		require.NoError(t, suite.Client.Delete(t.Context(), f.pod("d-0")))
 		f.waitPods("d", "d-2")
 		require.Eventually(t, func() bool {
 			c := f.claims("d")["d-data-0"]
@@ -399,7 +399,7 @@ func TestRollingUpdate(t *testing.T) {
 		f.update("o", image("app:v2"))
 		testsupport.NeverWithin(t, time.Second, tick, func() bool { return len(f.liveNames("o")) != 2 || f.pods("o")["o-0"] == nil },
 			"OnDelete: pods changed without a delete")
-		require.NoError(t, k8s.Delete(t.Context(), f.pod("o-0")))
+		require.NoError(t, suite.Client.Delete(t.Context(), f.pod("o-0")))
 		f.waitPods("o", "o-1", "o-2")
 		assert.Equal(t, "app:v2", f.pod("o-2").Spec.Containers[0].Image)
 		assert.Equal(t, clusterv1alpha1.RetiredDeleted, ledgerReasons(f.get("o"))["o-0"])
@@ -408,7 +408,7 @@ func TestRollingUpdate(t *testing.T) {
 		}
 		require.Eventually(t, func() bool {
 			var revs appsv1.ControllerRevisionList
-			_ = k8s.List(context.Background(), &revs, client.InNamespace(f.ns))
+			_ = suite.Client.List(context.Background(), &revs, client.InNamespace(f.ns))
 			// v4 (update), v1 (current, used by o-1), v2 (used by o-2), and at most 1 more of history.
 			return len(revs.Items) <= 4 && f.get("o").Status.UpdateRevision != ""
 		}, wait, tick, "history truncated")
@@ -462,7 +462,7 @@ func TestNoOverCreationUnderChurn(t *testing.T) {
 	// Trigger reconciles: relabel the pods as they appear.
 	for i := range 100 {
 		for name := range f.pods("c") {
-			_ = k8s.Patch(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}},
+			_ = suite.Client.Patch(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns}},
 				client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"labels":{"churn":"`+string(rune('a'+i%26))+`"}}}`)))
 		}
 	}
@@ -546,7 +546,7 @@ func TestRandomIdentityFormat(t *testing.T) {
 		assert.NotNil(t, f.claims("rnd")["rnd-data-"+n[len("rnd-"):]], "claim of %s", n)
 	}
 	f.waitPods("rnd", first...)
-	require.NoError(t, k8s.Delete(t.Context(), f.pod(first[0])))
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod(first[0])))
 	require.Eventually(t, func() bool {
 		names := f.liveNames("rnd")
 		return len(names) == 2 && !slices.Contains(names, first[0]) && slices.Contains(names, first[1])
@@ -613,14 +613,14 @@ func TestZoneSpread(t *testing.T) {
 		require.NoError(t, setNode(t.Context(), "zone-"+z, true, false))
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			node := &corev1.Node{}
-			if err := k8s.Get(t.Context(), client.ObjectKey{Name: "zone-" + z}, node); err != nil {
+			if err := suite.Client.Get(t.Context(), client.ObjectKey{Name: "zone-" + z}, node); err != nil {
 				return err
 			}
 			node.Labels = map[string]string{corev1.LabelTopologyZone: z}
-			return k8s.Update(t.Context(), node)
+			return suite.Client.Update(t.Context(), node)
 		}))
 		t.Cleanup(func() {
-			_ = k8s.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "zone-" + z}})
+			_ = suite.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "zone-" + z}})
 		})
 	}
 	f := newFixture(t)

@@ -4,8 +4,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,21 +18,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // The integration tests run the controller in a manager against envtest's kube-apiserver and etcd.
@@ -42,11 +34,8 @@ import (
 // sets them Running and Ready (unless the test holds them back) and finishes the deletion of pods
 // whose node is Ready, as a kubelet would; pods on a NotReady node stay Terminating.
 
-var (
-	cfg    *rest.Config
-	scheme = runtime.NewScheme()
-	k8s    client.WithWatch
-)
+// suite is the envtest API server and its client.
+var suite testsupport.Suite
 
 const (
 	wait = 30 * time.Second
@@ -58,47 +47,25 @@ const (
 const holdAnnotation = "test.statefulops.dev/hold"
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	var err error
-	if cfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := clusterv1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx := context.Background()
-	for _, n := range []string{"node-a", "node-b"} {
-		if err := setNode(ctx, n, true, false); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+	os.Exit(testsupport.RunSuiteWith(m, &suite, filepath.Join("..", "..", "config", "crd", "bases"), func() error {
+		for _, n := range []string{"node-a", "node-b"} {
+			if err := setNode(context.Background(), n, true, false); err != nil {
+				return err
+			}
 		}
-	}
-	return m.Run()
+		return nil
+	}, clusterv1alpha1.AddToScheme))
 }
 
 // setNode creates or updates a node: Ready or not (since now), tainted out-of-service or not.
 func setNode(ctx context.Context, name string, ready, outOfService bool) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if err := k8s.Create(ctx, node); err != nil {
+		if err := suite.Client.Create(ctx, node); err != nil {
 			if !apierrors.IsAlreadyExists(err) {
 				return err
 			}
-			if err := k8s.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			if err := suite.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 				return err
 			}
 		}
@@ -106,7 +73,7 @@ func setNode(ctx context.Context, name string, ready, outOfService bool) error {
 		if outOfService {
 			node.Spec.Taints = []corev1.Taint{{Key: outOfServiceTaint, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
 		}
-		if err := k8s.Update(ctx, node); err != nil {
+		if err := suite.Client.Update(ctx, node); err != nil {
 			return err
 		}
 		status := corev1.ConditionUnknown
@@ -114,13 +81,13 @@ func setNode(ctx context.Context, name string, ready, outOfService bool) error {
 			status = corev1.ConditionTrue
 		}
 		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-		return k8s.Status().Update(ctx, node)
+		return suite.Client.Status().Update(ctx, node)
 	})
 }
 
 func nodeIsReady(ctx context.Context, name string) bool {
 	node := &corev1.Node{}
-	if err := k8s.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+	if err := suite.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return false
 	}
 	return nodeReadyStatus(node) == corev1.ConditionTrue
@@ -130,29 +97,13 @@ func nodeIsReady(ctx context.Context, name string) bool {
 // returned stop ends it like an operator that dies.
 func startOperator(t *testing.T, funcs *interceptor.Funcs) (stop func()) {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:     scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	require.NoError(t, err)
 	opts := Options{}
 	if funcs != nil {
-		writer, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+		writer, err := client.NewWithWatch(suite.Config, client.Options{Scheme: suite.Scheme})
 		require.NoError(t, err)
 		opts.Client = interceptor.NewClient(writer, *funcs)
 	}
-	require.NoError(t, SetupWithOptions(t.Context(), mgr, opts))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		assert.NoError(t, mgr.Start(ctx))
-	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
+	return suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error { return SetupWithOptions(ctx, mgr, opts) })
 }
 
 // fixture is a namespace with a fake kubelet and a pod-creation audit.
@@ -171,14 +122,14 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cluster-"}}
-	require.NoError(t, k8s.Create(t.Context(), ns))
+	require.NoError(t, suite.Client.Create(t.Context(), ns))
 	f := &fixture{t: t, ns: ns.Name, created: map[string]int{}, maxLive: map[string]int{}, liveNow: map[string]map[string]bool{}}
 	f.audit()
 	go f.kubelet()
 	// The StatefulClusters go with the test (envtest has no garbage collector; the pods stay, orphaned
 	// by a dangling controller reference, which the operator never adopts).
 	t.Cleanup(func() {
-		_ = k8s.DeleteAllOf(context.Background(), &clusterv1alpha1.StatefulCluster{}, client.InNamespace(f.ns))
+		_ = suite.Client.DeleteAllOf(context.Background(), &clusterv1alpha1.StatefulCluster{}, client.InNamespace(f.ns))
 	})
 	return f
 }
@@ -186,7 +137,7 @@ func newFixture(t *testing.T) *fixture {
 // audit is the invariant checker: it watches the namespace's pods, counts every creation per name
 // (a name created twice is a reused identity) and the most pods live at once per StatefulCluster.
 func (f *fixture) audit() {
-	w, err := k8s.Watch(f.t.Context(), &corev1.PodList{}, client.InNamespace(f.ns))
+	w, err := suite.Client.Watch(f.t.Context(), &corev1.PodList{}, client.InNamespace(f.ns))
 	require.NoError(f.t, err)
 	seen := map[string]string{} // name -> UID already counted
 	go func() {
@@ -243,7 +194,7 @@ func (f *fixture) kubelet() {
 	ctx := f.t.Context()
 	for ctx.Err() == nil {
 		var pods corev1.PodList
-		if err := k8s.List(ctx, &pods, client.InNamespace(f.ns)); err == nil {
+		if err := suite.Client.List(ctx, &pods, client.InNamespace(f.ns)); err == nil {
 			for i := range pods.Items {
 				f.kubeletStep(ctx, &pods.Items[i])
 			}
@@ -259,7 +210,7 @@ func (f *fixture) kubeletStep(ctx context.Context, pod *corev1.Pod) {
 	hold := pod.Annotations[holdAnnotation]
 	if !pod.DeletionTimestamp.IsZero() {
 		if pod.Spec.NodeName == "" || nodeIsReady(ctx, pod.Spec.NodeName) {
-			_ = k8s.Delete(ctx, pod, client.GracePeriodSeconds(0))
+			_ = suite.Client.Delete(ctx, pod, client.GracePeriodSeconds(0))
 		}
 		return
 	}
@@ -271,7 +222,7 @@ func (f *fixture) kubeletStep(ctx context.Context, pod *corev1.Pod) {
 		if pod.Annotations["test.statefulops.dev/node"] != "" {
 			node = pod.Annotations["test.statefulops.dev/node"]
 		}
-		_ = k8s.SubResource("binding").Create(ctx, pod, &corev1.Binding{
+		_ = suite.Client.SubResource("binding").Create(ctx, pod, &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
 			Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 		})
@@ -291,7 +242,7 @@ func (f *fixture) kubeletStep(ctx context.Context, pod *corev1.Pod) {
 			status = corev1.ConditionFalse
 		}
 		pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
-		_ = k8s.Status().Update(ctx, pod)
+		_ = suite.Client.Status().Update(ctx, pod)
 	}
 }
 
@@ -311,7 +262,7 @@ func (f *fixture) statefulCluster(name string, n int32, mods ...func(*clusterv1a
 	for _, m := range mods {
 		m(sc)
 	}
-	require.NoError(f.t, k8s.Create(f.t.Context(), sc))
+	require.NoError(f.t, suite.Client.Create(f.t.Context(), sc))
 	return sc
 }
 
@@ -330,7 +281,7 @@ func withClaims(sc *clusterv1alpha1.StatefulCluster) {
 // the goroutines of Eventually conditions, which must not fail the test).
 func (f *fixture) get(name string) *clusterv1alpha1.StatefulCluster {
 	sc := &clusterv1alpha1.StatefulCluster{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, sc); err != nil {
+	if err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, sc); err != nil {
 		f.t.Logf("reading StatefulCluster %s: %v", name, err)
 	}
 	return sc
@@ -341,18 +292,18 @@ func (f *fixture) update(name string, mod func(*clusterv1alpha1.StatefulCluster)
 	f.t.Helper()
 	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		sc := &clusterv1alpha1.StatefulCluster{}
-		if err := k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, sc); err != nil {
+		if err := suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, sc); err != nil {
 			return err
 		}
 		mod(sc)
-		return k8s.Update(f.t.Context(), sc)
+		return suite.Client.Update(f.t.Context(), sc)
 	}))
 }
 
 // pods returns the namespace's pods of a StatefulCluster by name.
 func (f *fixture) pods(sc string) map[string]*corev1.Pod {
 	var list corev1.PodList
-	_ = k8s.List(context.Background(), &list, client.InNamespace(f.ns), client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: sc})
+	_ = suite.Client.List(context.Background(), &list, client.InNamespace(f.ns), client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: sc})
 	out := map[string]*corev1.Pod{}
 	for i := range list.Items {
 		out[list.Items[i].Name] = &list.Items[i]
@@ -394,7 +345,7 @@ func (f *fixture) waitPods(sc string, want ...string) {
 func (f *fixture) pod(name string) *corev1.Pod {
 	f.t.Helper()
 	pod := &corev1.Pod{}
-	require.NoError(f.t, k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
+	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
 	return pod
 }
 
@@ -404,13 +355,13 @@ func (f *fixture) setPodStatus(name string, mod func(*corev1.Pod)) {
 	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pod := f.pod(name)
 		mod(pod)
-		return k8s.Status().Update(f.t.Context(), pod)
+		return suite.Client.Status().Update(f.t.Context(), pod)
 	}))
 }
 
 func (f *fixture) claims(sc string) map[string]*corev1.PersistentVolumeClaim {
 	var list corev1.PersistentVolumeClaimList
-	_ = k8s.List(context.Background(), &list, client.InNamespace(f.ns), client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: sc})
+	_ = suite.Client.List(context.Background(), &list, client.InNamespace(f.ns), client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: sc})
 	out := map[string]*corev1.PersistentVolumeClaim{}
 	for i := range list.Items {
 		out[list.Items[i].Name] = &list.Items[i]

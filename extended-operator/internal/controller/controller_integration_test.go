@@ -42,17 +42,17 @@ func TestScalingRefusals(t *testing.T) {
 
 	scaleTo := func(replicas int32) error {
 		scale := &autoscalingv1.Scale{}
-		if err := k8s.SubResource("scale").Get(t.Context(), f.get(), scale); err != nil {
+		if err := suite.Client.SubResource("scale").Get(t.Context(), f.get(), scale); err != nil {
 			return err
 		}
 		scale.Spec.Replicas = replicas
-		return k8s.SubResource("scale").Update(t.Context(), f.get(), client.WithSubResourceBody(scale))
+		return suite.Client.SubResource("scale").Update(t.Context(), f.get(), client.WithSubResourceBody(scale))
 	}
 	apply := func(replicas int32) error {
 		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			ests := f.get()
 			ests.Spec.Template.Spec.Replicas = ptr.To(replicas)
-			return k8s.Update(t.Context(), ests)
+			return suite.Client.Update(t.Context(), ests)
 		})
 	}
 	cases := []struct {
@@ -90,7 +90,7 @@ func TestScalingRefusals(t *testing.T) {
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			sts := f.sts(1)
 			sts.Spec.Replicas = ptr.To[int32](20)
-			return k8s.Update(t.Context(), sts)
+			return suite.Client.Update(t.Context(), sts)
 		}))
 		f.waitSTS(1, func(c *assert.CollectT, sts *appsv1.StatefulSet) {
 			assert.Equal(c, int32(9), ptr.Deref(sts.Spec.Replicas, 0))
@@ -105,8 +105,8 @@ func TestConfigHash(t *testing.T) {
 	f := newFixture(t)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "conf", Namespace: f.ns}, Data: map[string]string{"k": "1"}}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: f.ns}, Data: map[string][]byte{"password": []byte("hunter2")}}
-	require.NoError(t, k8s.Create(t.Context(), cm))
-	require.NoError(t, k8s.Create(t.Context(), secret))
+	require.NoError(t, suite.Client.Create(t.Context(), cm))
+	require.NoError(t, suite.Client.Create(t.Context(), secret))
 	ests := f.newESTS(3, "app:1")
 	pod := &ests.Spec.Template.Spec.Template.Spec
 	pod.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
@@ -153,13 +153,13 @@ func TestConfigHash(t *testing.T) {
 	})
 
 	t.Run("no ownerReferences or finalizers on user objects", func(t *testing.T) {
-		require.NoError(t, k8s.Delete(t.Context(), f.get()))
+		require.NoError(t, suite.Client.Delete(t.Context(), f.get()))
 		got := &corev1.ConfigMap{}
-		require.NoError(t, k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "conf"}, got))
+		require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "conf"}, got))
 		assert.Empty(t, got.OwnerReferences)
 		assert.Empty(t, got.Finalizers)
 		gotS := &corev1.Secret{}
-		require.NoError(t, k8s.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "creds"}, gotS))
+		require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "creds"}, gotS))
 		assert.Empty(t, gotS.OwnerReferences)
 		assert.Empty(t, gotS.Finalizers)
 	})
@@ -176,7 +176,7 @@ func TestMissingReference(t *testing.T) {
 	f.create(ests)
 	f.waitCondition(extendedv1alpha1.ConditionMissingReference, metav1.ConditionTrue, extendedv1alpha1.ReasonReferenceNotFound)
 	assert.Nil(t, f.sts(1))
-	require.NoError(t, k8s.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "later", Namespace: f.ns}, Data: map[string]string{"x": "1"}}))
+	require.NoError(t, suite.Client.Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "later", Namespace: f.ns}, Data: map[string]string{"x": "1"}}))
 	f.waitSTS(1, func(c *assert.CollectT, sts *appsv1.StatefulSet) {}, "version 1 after the ConfigMap exists")
 	f.waitCondition(extendedv1alpha1.ConditionMissingReference, metav1.ConditionFalse, "")
 }
@@ -260,12 +260,12 @@ func TestStaleMarking(t *testing.T) {
 	// The canary pod, never Ready (as the StatefulSet controller and a failing kubelet would leave it).
 	canary := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-v2-0", Namespace: f.ns, Labels: v2.Spec.Template.Labels},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "broken"}}}}
-	require.NoError(t, k8s.Create(t.Context(), canary))
+	require.NoError(t, suite.Client.Create(t.Context(), canary))
 	f.setStatus(2, 0)
 
 	require.Eventually(t, func() bool {
 		p := &corev1.Pod{}
-		err := k8s.Get(t.Context(), client.ObjectKeyFromObject(canary), p)
+		err := suite.Client.Get(t.Context(), client.ObjectKeyFromObject(canary), p)
 		return apierrors.IsNotFound(err) || !p.DeletionTimestamp.IsZero()
 	}, wait, tick, "the canary restarted once")
 	f.waitSTS(2, func(c *assert.CollectT, sts *appsv1.StatefulSet) {
@@ -324,7 +324,7 @@ func TestRestartSafety(t *testing.T) {
 	t.Logf("injected %d API errors", injected.Load())
 	assert.Positive(t, injected.Load())
 	var list appsv1.StatefulSetList
-	require.NoError(t, k8s.List(t.Context(), &list, client.InNamespace(f.ns)))
+	require.NoError(t, suite.Client.List(t.Context(), &list, client.InNamespace(f.ns)))
 	assert.Len(t, list.Items, 1)
 }
 
@@ -369,11 +369,11 @@ func patchConfigMap(t *testing.T, ns, name string, mutate func(*corev1.ConfigMap
 	t.Helper()
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm := &corev1.ConfigMap{}
-		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
+		if err := suite.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
 			return err
 		}
 		mutate(cm)
-		return k8s.Update(t.Context(), cm)
+		return suite.Client.Update(t.Context(), cm)
 	}))
 }
 
@@ -381,11 +381,11 @@ func patchSecret(t *testing.T, ns, name string, mutate func(*corev1.Secret)) {
 	t.Helper()
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		s := &corev1.Secret{}
-		if err := k8s.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
+		if err := suite.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
 			return err
 		}
 		mutate(s)
-		return k8s.Update(t.Context(), s)
+		return suite.Client.Update(t.Context(), s)
 	}))
 }
 

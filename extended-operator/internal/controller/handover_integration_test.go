@@ -30,28 +30,28 @@ func (f *fixture) playStorage() {
 	go func() {
 		for ctx.Err() == nil {
 			var pvcs corev1.PersistentVolumeClaimList
-			if k8s.List(ctx, &pvcs, client.InNamespace(f.ns)) == nil {
+			if suite.Client.List(ctx, &pvcs, client.InNamespace(f.ns)) == nil {
 				for i := range pvcs.Items {
 					pvc := &pvcs.Items[i]
 					if !pvc.DeletionTimestamp.IsZero() && len(pvc.Finalizers) > 0 {
 						pvc.Finalizers = nil
-						_ = k8s.Update(ctx, pvc)
+						_ = suite.Client.Update(ctx, pvc)
 						continue
 					}
 					if pvc.Spec.VolumeName == "" || pvc.Status.Phase == corev1.ClaimBound {
 						continue
 					}
 					pv := &corev1.PersistentVolume{}
-					if k8s.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv) != nil || pv.Spec.ClaimRef == nil ||
+					if suite.Client.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv) != nil || pv.Spec.ClaimRef == nil ||
 						pv.Spec.ClaimRef.Name != pvc.Name || pv.Spec.ClaimRef.Namespace != pvc.Namespace {
 						continue
 					}
 					pv.Spec.ClaimRef.UID = pvc.UID
-					if k8s.Update(ctx, pv) != nil {
+					if suite.Client.Update(ctx, pv) != nil {
 						continue
 					}
 					pvc.Status.Phase = corev1.ClaimBound
-					_ = k8s.Status().Update(ctx, pvc)
+					_ = suite.Client.Status().Update(ctx, pvc)
 				}
 			}
 			time.Sleep(20 * time.Millisecond) // the test's simulated controller polls; the operator never sleeps
@@ -76,7 +76,7 @@ func (f *fixture) withVolumes() map[int]string {
 	for i := range 3 {
 		pvName := fmt.Sprintf("%s-pv-%d", f.ns, i)
 		claim := fmt.Sprintf("data-web-v1-%d", i)
-		require.NoError(t, k8s.Create(t.Context(), &corev1.PersistentVolume{
+		require.NoError(t, suite.Client.Create(t.Context(), &corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{Name: pvName},
 			Spec: corev1.PersistentVolumeSpec{
 				Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
@@ -87,12 +87,12 @@ func (f *fixture) withVolumes() map[int]string {
 			},
 		}))
 		t.Cleanup(func() {
-			_ = k8s.Delete(context.Background(), &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}})
+			_ = suite.Client.Delete(context.Background(), &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}})
 		})
 		pvc := ests.Spec.Template.Spec.VolumeClaimTemplates[0].DeepCopy()
 		pvc.ObjectMeta = metav1.ObjectMeta{Name: claim, Namespace: f.ns}
 		pvc.Spec.VolumeName = pvName
-		require.NoError(t, k8s.Create(t.Context(), pvc))
+		require.NoError(t, suite.Client.Create(t.Context(), pvc))
 		volumes[i] = pvName
 	}
 	f.setStatus(1, 3)
@@ -103,7 +103,7 @@ func (f *fixture) withVolumes() map[int]string {
 // claimVolume returns the volume the claim names ("" without the claim).
 func (f *fixture) claimVolume(name string) string {
 	pvc := &corev1.PersistentVolumeClaim{}
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pvc); err != nil {
+	if err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pvc); err != nil {
 		return ""
 	}
 	return pvc.Spec.VolumeName
@@ -116,7 +116,7 @@ func (f *fixture) waitVolumesReleased(volumes map[int]string) {
 	require.EventuallyWithT(f.t, func(c *assert.CollectT) {
 		for _, name := range volumes {
 			pv := &corev1.PersistentVolume{}
-			if assert.NoError(c, k8s.Get(context.Background(), client.ObjectKey{Name: name}, pv)) {
+			if assert.NoError(c, suite.Client.Get(context.Background(), client.ObjectKey{Name: name}, pv)) {
 				assert.Equal(c, corev1.PersistentVolumeReclaimDelete, pv.Spec.PersistentVolumeReclaimPolicy, "reclaim policy of %s given back", name)
 				assert.NotContains(c, pv.Labels, handoverLabel)
 			}

@@ -4,8 +4,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,31 +17,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // The integration tests run the controller in a manager against envtest's kube-apiserver and etcd.
 // Nothing runs StatefulSets, pods or the garbage collector there: the tests set the StatefulSets'
 // status (as the StatefulSet controller would) and create pods themselves where a test needs them.
 
-var (
-	cfg    *rest.Config
-	scheme = runtime.NewScheme()
-	k8s    client.WithWatch
-)
+// suite is the envtest API server and its client.
+var suite testsupport.Suite
 
 const (
 	wait = 20 * time.Second
@@ -51,29 +40,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(runSuite(m))
-}
-
-func runSuite(m *testing.M) int {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("..", "..", "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	var err error
-	if cfg, err = env.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := extendedv1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if k8s, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testsupport.RunSuite(m, &suite, filepath.Join("..", "..", "config", "crd", "bases"), extendedv1alpha1.AddToScheme))
 }
 
 // operator is one running manager with the controller; stop ends it (like an operator that dies).
@@ -84,29 +51,13 @@ type operator struct {
 // startOperator runs the controller; funcs, when set, intercept its writes to inject API errors.
 func startOperator(t *testing.T, funcs *interceptor.Funcs) *operator {
 	t.Helper()
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:     scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	require.NoError(t, err)
 	opts := Options{ConfigQuietPeriod: 500 * time.Millisecond, ConfigMaxDelay: 5 * time.Second}
 	if funcs != nil {
-		writer, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+		writer, err := client.NewWithWatch(suite.Config, client.Options{Scheme: suite.Scheme})
 		require.NoError(t, err)
 		opts.Client = interceptor.NewClient(writer, *funcs)
 	}
-	require.NoError(t, SetupWithOptions(t.Context(), mgr, opts))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		assert.NoError(t, mgr.Start(ctx))
-	}()
-	var once sync.Once
-	op := &operator{stop: func() { once.Do(func() { cancel(); <-done }) }}
-	t.Cleanup(op.stop)
-	return op
+	return &operator{stop: suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error { return SetupWithOptions(ctx, mgr, opts) })}
 }
 
 // fixture is a namespace with one ExtendedStatefulSet "web".
@@ -119,7 +70,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ests-"}}
-	require.NoError(t, k8s.Create(t.Context(), ns))
+	require.NoError(t, suite.Client.Create(t.Context(), ns))
 	return &fixture{t: t, ns: ns.Name, name: "web"}
 }
 
@@ -151,14 +102,14 @@ func (f *fixture) newESTS(replicas int32, image string) *extendedv1alpha1.Extend
 
 func (f *fixture) create(ests *extendedv1alpha1.ExtendedStatefulSet) {
 	f.t.Helper()
-	require.NoError(f.t, k8s.Create(f.t.Context(), ests))
+	require.NoError(f.t, suite.Client.Create(f.t.Context(), ests))
 }
 
 // get returns the ExtendedStatefulSet.
 func (f *fixture) get() *extendedv1alpha1.ExtendedStatefulSet {
 	f.t.Helper()
 	ests := &extendedv1alpha1.ExtendedStatefulSet{}
-	require.NoError(f.t, k8s.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: f.name}, ests))
+	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: f.name}, ests))
 	return ests
 }
 
@@ -168,14 +119,14 @@ func (f *fixture) update(mutate func(*extendedv1alpha1.ExtendedStatefulSet)) {
 	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		ests := f.get()
 		mutate(ests)
-		return k8s.Update(f.t.Context(), ests)
+		return suite.Client.Update(f.t.Context(), ests)
 	}))
 }
 
 // sts returns the StatefulSet of a version, nil when it does not exist.
 func (f *fixture) sts(version int) *appsv1.StatefulSet {
 	sts := &appsv1.StatefulSet{}
-	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: f.name + "-v" + strconv.Itoa(version)}, sts)
+	err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: f.name + "-v" + strconv.Itoa(version)}, sts)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -215,7 +166,7 @@ func (f *fixture) setStatus(version int, ready int32) {
 			ObservedGeneration: sts.Generation, Replicas: n, ReadyReplicas: min(ready, n), AvailableReplicas: min(ready, n),
 			CurrentReplicas: n, UpdatedReplicas: n, CurrentRevision: "r1", UpdateRevision: "r1",
 		}
-		return k8s.Status().Update(f.t.Context(), sts)
+		return suite.Client.Status().Update(f.t.Context(), sts)
 	}))
 }
 
@@ -250,7 +201,7 @@ type templateChanges struct {
 
 func watchTemplateChanges(t *testing.T, ns string) *templateChanges {
 	t.Helper()
-	w, err := k8s.Watch(t.Context(), &appsv1.StatefulSetList{}, client.InNamespace(ns))
+	w, err := suite.Client.Watch(t.Context(), &appsv1.StatefulSetList{}, client.InNamespace(ns))
 	require.NoError(t, err)
 	tc := &templateChanges{hashes: map[string]string{}, counts: map[string]int{}}
 	go func() {

@@ -38,7 +38,7 @@ func (f *fixture) zoned(replicas int32, image string, zones ...string) *extended
 // zsts returns the StatefulSet of a zone's version, nil when it does not exist.
 func (f *fixture) zsts(zoneIndex, version int) *appsv1.StatefulSet {
 	sts := &appsv1.StatefulSet{}
-	err := k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: zoneSTSName(f.name, zoneIndex, version)}, sts)
+	err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: zoneSTSName(f.name, zoneIndex, version)}, sts)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -76,7 +76,7 @@ func (f *fixture) setZStatus(zoneIndex, version int, ready int32) {
 			ObservedGeneration: sts.Generation, Replicas: n, ReadyReplicas: min(ready, n), AvailableReplicas: min(ready, n),
 			CurrentReplicas: n, UpdatedReplicas: n, CurrentRevision: "r1", UpdateRevision: "r1",
 		}
-		return k8s.Status().Update(f.t.Context(), sts)
+		return suite.Client.Status().Update(f.t.Context(), sts)
 	}))
 }
 
@@ -149,7 +149,7 @@ func TestZoneRefusals(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ests := f.zoned(3, "app:1", zones...)
-			err := k8s.Create(t.Context(), ests)
+			err := suite.Client.Create(t.Context(), ests)
 			require.Error(t, err)
 			assert.True(t, apierrors.IsInvalid(err), "%v", err)
 			t.Log(err)
@@ -157,7 +157,7 @@ func TestZoneRefusals(t *testing.T) {
 	}
 	ests := f.zoned(3, "app:1", "a")
 	ests.Spec.AZ.NodeLabel = "failure-domain.beta.kubernetes.io/zone"
-	require.NoError(t, k8s.Create(t.Context(), ests), "the legacy node label is accepted")
+	require.NoError(t, suite.Client.Create(t.Context(), ests), "the legacy node label is accepted")
 }
 
 // zoneUpgradeChecker watches a namespace's StatefulSets and counts the moments when two zones are
@@ -171,7 +171,7 @@ type zoneUpgradeChecker struct {
 
 func watchZoneUpgrades(t *testing.T, ns string) *zoneUpgradeChecker {
 	t.Helper()
-	w, err := k8s.Watch(t.Context(), &appsv1.StatefulSetList{}, client.InNamespace(ns))
+	w, err := suite.Client.Watch(t.Context(), &appsv1.StatefulSetList{}, client.InNamespace(ns))
 	require.NoError(t, err)
 	zc := &zoneUpgradeChecker{sts: map[string]*appsv1.StatefulSet{}}
 	go func() {
@@ -267,7 +267,7 @@ func TestZoneByZoneUpgrade(t *testing.T) {
 
 	t.Run("a configuration change rolls zone by zone", func(t *testing.T) {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "conf", Namespace: f.ns}, Data: map[string]string{"k": "1"}}
-		require.NoError(t, k8s.Create(t.Context(), cm))
+		require.NoError(t, suite.Client.Create(t.Context(), cm))
 		f.update(func(e *extendedv1alpha1.ExtendedStatefulSet) {
 			e.Spec.Template.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
 		})
@@ -330,7 +330,7 @@ func TestZoneRemovalKeepsVolumes(t *testing.T) {
 				pvc.Name = "data-" + sts.Name + "-0"
 				pvc.Namespace = f.ns
 				pvc.Labels = sts.Spec.Selector.MatchLabels
-				require.NoError(t, k8s.Create(t.Context(), pvc))
+				require.NoError(t, suite.Client.Create(t.Context(), pvc))
 				claims = append(claims, pvc.Name)
 				f.setZStatus(z, 1, 1)
 			}
@@ -346,7 +346,7 @@ func TestZoneRemovalKeepsVolumes(t *testing.T) {
 			require.Eventually(t, func() bool { return f.zsts(2, 1) == nil }, wait, tick, "zone b's StatefulSet deleted")
 			claimGone := func(name string) bool {
 				pvc := &corev1.PersistentVolumeClaim{}
-				err := k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pvc)
+				err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, pvc)
 				return apierrors.IsNotFound(err) || !pvc.DeletionTimestamp.IsZero()
 			}
 			if policy == extendedv1alpha1.RetainZoneRemovalPolicy {
@@ -440,7 +440,7 @@ func TestZoneRestartSafety(t *testing.T) {
 	}
 	f.waitCondition(extendedv1alpha1.ConditionReady, metav1.ConditionTrue, "")
 	var list appsv1.StatefulSetList
-	require.NoError(t, k8s.List(t.Context(), &list, client.InNamespace(f.ns)))
+	require.NoError(t, suite.Client.List(t.Context(), &list, client.InNamespace(f.ns)))
 	assert.Len(t, list.Items, 3, "one StatefulSet per zone, none made twice")
 	violations, _ := checker.result()
 	t.Logf("injected %d API errors; zone-by-zone checker: %d violations (must be 0)", injected.Load(), violations)

@@ -1,0 +1,129 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/statefulops/statefulops/e2e/localcluster"
+	"github.com/statefulops/statefulops/e2e/operators"
+)
+
+// The operator tests run their operator as a local process they can start, stop and SIGKILL at any
+// instant, under the ServiceAccount (and so the RBAC) of its manifest. The manifest is installed with
+// `kubectl apply -f deploy/<operator>.yaml` first, and the Deployment it creates is parked (scaled to
+// 0) while the test runs: it would otherwise compete for the operator's leader election.
+
+// localOperator is one operator of deploy/<name>.yaml running as a local process for a test.
+type localOperator struct {
+	t        *testing.T
+	name     string
+	stateDir string
+}
+
+// installs remembers, per operator, the one `kubectl apply` of its manifest in this test run.
+var installs sync.Map // operator name -> func() error
+
+// installManifestOnce applies deploy/<name>.yaml once per test run and waits for its CRDs.
+func installManifestOnce(name string) error {
+	once, _ := installs.LoadOrStore(name, sync.OnceValue(func() error {
+		root, err := localcluster.RepoRoot()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", name+".yaml")}, false)
+	}))
+	return once.(func() error)()
+}
+
+// scaleInClusterOperator scales the Deployment of deploy/<name>.yaml and waits for it; at 0 it also
+// waits until the operator's pod is gone.
+func scaleInClusterOperator(t *testing.T, name string, replicas int) {
+	t.Helper()
+	ctx := context.WithoutCancel(t.Context())
+	namespace, deploy := name+"-system", "deployment/"+name+"-controller-manager"
+	_, err := kubectl().Run(ctx, "scale", "-n", namespace, deploy, fmt.Sprintf("--replicas=%d", replicas))
+	require.NoError(t, err)
+	_, err = kubectl().Run(ctx, "rollout", "status", "-n", namespace, deploy, "--timeout=120s")
+	require.NoError(t, err)
+	if replicas == 0 {
+		require.Eventually(t, func() bool {
+			pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + name})
+			return err == nil && len(pods.Items) == 0
+		}, 2*time.Minute, 100*time.Millisecond, "the in-cluster %s pod is gone", name)
+	}
+}
+
+// startLocalOperator installs deploy/<name>.yaml (once), parks its in-cluster Deployment and starts
+// the operator as a local process; the process is stopped and the Deployment restored when the test
+// ends.
+func startLocalOperator(t *testing.T, name string) *localOperator {
+	t.Helper()
+	require.NoError(t, installManifestOnce(name), "kubectl apply -f deploy/%s.yaml", name)
+	scaleInClusterOperator(t, name, 0)
+	t.Cleanup(func() { scaleInClusterOperator(t, name, 1) })
+	op := &localOperator{t: t, name: name, stateDir: filepath.Join(filepath.Dir(kubeconfig), strings.TrimSuffix(name, "-operator")+"-e2e")}
+	t.Cleanup(func() {
+		assert.NoError(t, operators.Stop(context.Background(), op.stateDir, 15*time.Second, name))
+	})
+	op.start()
+	return op
+}
+
+// start starts the process and waits until it is ready (which includes winning the manager's leader
+// election: after a SIGKILL that waits for the old holder's Lease to expire). Its ports are picked
+// free at each start, not operators.All()'s fixed ones, which a concurrent `make run` may hold.
+func (o *localOperator) start() {
+	o.t.Helper()
+	b := operators.Binary{
+		Name:           o.name,
+		ServiceAccount: o.name + "-system/" + o.name + "-controller-manager",
+		ProbePort:      freePort(o.t), MetricsPort: freePort(o.t),
+	}
+	start := time.Now()
+	_, err := operators.Start(o.t.Context(), operators.Options{StateDir: o.stateDir, Kubeconfig: kubeconfig}, []operators.Binary{b})
+	require.NoError(o.t, err)
+	o.t.Logf("%s started and ready in %s (log %s)", o.name, time.Since(start).Round(time.Millisecond), operators.LogPath(o.stateDir, o.name))
+}
+
+// kill SIGKILLs the process: no cleanup, no release of its leader-election Lease.
+func (o *localOperator) kill() {
+	o.t.Helper()
+	raw, err := os.ReadFile(filepath.Join(operators.Dir(o.stateDir), o.name+".pid"))
+	require.NoError(o.t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	require.NoError(o.t, err)
+	require.NoError(o.t, syscall.Kill(pid, syscall.SIGKILL))
+	require.NoError(o.t, operators.Stop(o.t.Context(), o.stateDir, time.Second, o.name))
+}
+
+// stop ends the process with SIGTERM, as a rollout of the operator would.
+func (o *localOperator) stop() {
+	o.t.Helper()
+	require.NoError(o.t, operators.Stop(o.t.Context(), o.stateDir, 15*time.Second, o.name))
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
