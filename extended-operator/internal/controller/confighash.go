@@ -105,15 +105,16 @@ type configHash struct {
 }
 
 // computeConfigHash reads every referenced ConfigMap and Secret and hashes their data (data and binaryData;
-// metadata never counts) with HMAC-SHA256 keyed by the ExtendedStatefulSet's UID. The key makes the
-// annotation useless for guessing Secret values by hashing candidates: the same data gives different
-// hashes in different objects, and nothing of the data can be recovered from it. An optional reference
-// that does not exist hashes as absent, so creating it later rolls the pods.
-func computeConfigHash(ctx context.Context, c client.Reader, ests *extendedv1alpha1.ExtendedStatefulSet) (configHash, error) {
-	mac := hmac.New(sha256.New, []byte("fissile.cloudfoundry.org/config-hash/"+string(ests.UID)))
+// metadata never counts) with HMAC-SHA256 under the operator's key (see loadOrCreateHashKey), the
+// ExtendedStatefulSet's UID mixed in. Without the key the annotation is useless for testing guesses of
+// a Secret's value, and the same data gives different hashes in different objects. An optional
+// reference that does not exist hashes as absent, so creating it later rolls the pods.
+func computeConfigHash(ctx context.Context, c client.Reader, key []byte, ests *extendedv1alpha1.ExtendedStatefulSet) (configHash, error) {
+	mac := hmac.New(sha256.New, key)
 	var out configHash
 	// Every field is length-prefixed so that no two different inputs give the same byte stream.
 	write := func(s string) { fmt.Fprintf(mac, "%d:%s;", len(s), s) }
+	write(string(ests.UID))
 	writeMap := func(data map[string][]byte) {
 		keys := make([]string, 0, len(data))
 		for k := range data {

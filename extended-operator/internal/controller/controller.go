@@ -78,6 +78,8 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// Clock is the operator's clock (a fake one in tests).
 	Clock clock.PassiveClock
+	// HashKey keys the config hash (see loadOrCreateHashKey).
+	HashKey []byte
 
 	debounce *debouncer
 }
@@ -91,6 +93,11 @@ type Options struct {
 	// ConfigQuietPeriod and ConfigMaxDelay tune the debounce of configuration changes; zero means the
 	// defaults.
 	ConfigQuietPeriod, ConfigMaxDelay time.Duration
+	// HashKeySecret is the Secret (namespace/name) holding the config hash's key, created when
+	// missing; empty means DefaultHashKeySecret.
+	HashKeySecret string
+	// HashKey, when set, is the key itself (tests); HashKeySecret is then not read.
+	HashKey []byte
 }
 
 // flagOptions are the options set by command-line flags (see AddFlags).
@@ -102,6 +109,8 @@ func AddFlags(fs *pflag.FlagSet) {
 		"How long referenced ConfigMap/Secret data must stay unchanged before pods roll (bursts roll once).")
 	fs.DurationVar(&flagOptions.ConfigMaxDelay, "config-max-delay", DefaultConfigMaxDelay,
 		"Longest a configuration roll waits for edits to stop.")
+	fs.StringVar(&flagOptions.HashKeySecret, "config-hash-key-secret", DefaultHashKeySecret,
+		"Secret (namespace/name) holding the key of the config hash; created with a random key when missing.")
 }
 
 // Setup registers the ExtendedStatefulSet controller with the manager, with the command line's options.
@@ -137,6 +146,16 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	}
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
+	}
+	if r.HashKey = opts.HashKey; r.HashKey == nil {
+		if opts.HashKeySecret == "" {
+			opts.HashKeySecret = DefaultHashKeySecret
+		}
+		key, err := loadOrCreateHashKey(ctx, mgr.GetAPIReader(), r.Client, opts.HashKeySecret)
+		if err != nil {
+			return err
+		}
+		r.HashKey = key
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

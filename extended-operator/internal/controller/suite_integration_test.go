@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,7 +41,12 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testsupport.RunSuite(m, &suite, filepath.Join("..", "..", "config", "crd", "bases"), extendedv1alpha1.AddToScheme))
+	// The operator's namespace, where every operator the tests start finds (the first creates) the
+	// config hash key Secret.
+	os.Exit(testsupport.RunSuiteWith(m, &suite, filepath.Join("..", "..", "config", "crd", "bases"), func() error {
+		ns, _, _ := strings.Cut(DefaultHashKeySecret, "/")
+		return suite.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}, extendedv1alpha1.AddToScheme))
 }
 
 // operator is one running manager with the controller; stop ends it (like an operator that dies).

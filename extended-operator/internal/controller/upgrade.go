@@ -26,7 +26,7 @@ import (
 func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (*outcome, error) {
 	now := r.Clock.Now()
 	o := &outcome{}
-	cfg, err := computeConfigHash(ctx, r.Cache, ests)
+	cfg, err := computeConfigHash(ctx, r.Cache, r.HashKey, ests)
 	if err != nil {
 		return o, err
 	}
