@@ -48,6 +48,10 @@ func TestSingletonOnTheRealNode(t *testing.T) {
 		// test installed the manifests (run alone).
 		dep, err := client.AppsV1().Deployments(singletonNamespace).Get(t.Context(), d, metav1.GetOptions{})
 		require.NoError(t, err)
+		if dep.CreationTimestamp.Time.Before(start.Truncate(time.Second)) {
+			t.Logf("SINGLETON install: %s was installed by an earlier test; install time not measured here", d)
+			continue
+		}
 		t.Logf("SINGLETON install: %s created → Ready in %s (%s after this test began installing)", d,
 			time.Since(dep.CreationTimestamp.Time).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	}
