@@ -90,18 +90,22 @@ func Start(ctx context.Context, opts Options, binaries []Binary) ([]string, erro
 		return nil, err
 	}
 	var started []string
+	pids := make(map[string]int, len(binaries))
 	for _, b := range binaries {
 		if pid, ok := running(opts.StateDir, b.Name); ok {
 			fmt.Fprintf(opts.Log, "%s is already running (pid %d)\n", b.Name, pid)
+			pids[b.Name] = pid
 			continue
 		}
-		if err := start(opts, b); err != nil {
+		pid, err := start(opts, b)
+		if err != nil {
 			return started, fmt.Errorf("starting %s: %w", b.Name, err)
 		}
+		pids[b.Name] = pid
 		started = append(started, b.Name)
 	}
 	for _, b := range binaries {
-		if err := waitReady(ctx, opts.StateDir, b); err != nil {
+		if err := waitReady(ctx, opts.StateDir, b, pids[b.Name]); err != nil {
 			return started, err
 		}
 		fmt.Fprintf(opts.Log, "%s is ready (log: %s)\n", b.Name, LogPath(opts.StateDir, b.Name))
@@ -109,8 +113,8 @@ func Start(ctx context.Context, opts Options, binaries []Binary) ([]string, erro
 	return started, nil
 }
 
-// start launches one binary in its own process group, detached from the caller.
-func start(opts Options, b Binary) error {
+// start launches one binary in its own process group, detached from the caller, and returns its PID.
+func start(opts Options, b Binary) (int, error) {
 	kubeconfig := opts.Kubeconfig
 	args := []string{
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", b.ProbePort),
@@ -121,7 +125,7 @@ func start(opts Options, b Binary) error {
 		namespace, _, _ := strings.Cut(b.ServiceAccount, "/")
 		var err error
 		if kubeconfig, err = impersonatingKubeconfig(opts, b); err != nil {
-			return err
+			return 0, err
 		}
 		args = append(args, "--leader-elect=true", "--leader-election-namespace="+namespace)
 	} else {
@@ -132,7 +136,7 @@ func start(opts Options, b Binary) error {
 	if b.WebhookPort != 0 {
 		certDir, err := ensureWebhookCerts(opts.StateDir, b.Name)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		args = append(args, "--webhook-host=127.0.0.1", fmt.Sprintf("--webhook-port=%d", b.WebhookPort), "--webhook-cert-path="+certDir)
 	}
@@ -140,21 +144,22 @@ func start(opts Options, b Binary) error {
 
 	logFile, err := os.OpenFile(LogPath(opts.StateDir, b.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer logFile.Close()
 	cmd := exec.Command(filepath.Join(opts.BinDir, b.Name), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a Ctrl-C of `make run` must not stop it
 	if err := cmd.Start(); err != nil {
-		return err
+		return 0, err
 	}
 	if err := os.WriteFile(pidPath(opts.StateDir, b.Name), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 		_ = cmd.Process.Kill()
-		return err
+		return 0, err
 	}
 	fmt.Fprintf(opts.Log, "started %s (pid %d) as %s\n", b.Name, cmd.Process.Pid, identity(b))
-	return cmd.Process.Release()
+	pid := cmd.Process.Pid
+	return pid, cmd.Process.Release()
 }
 
 func identity(b Binary) string {
@@ -180,13 +185,15 @@ func impersonatingKubeconfig(opts Options, b Binary) (string, error) {
 	return path, clientcmd.WriteToFile(*cfg, path)
 }
 
-// waitReady polls the binary's /readyz until it answers 200, failing early when the process exited.
-func waitReady(ctx context.Context, stateDir string, b Binary) error {
+// waitReady polls the binary's /readyz until it answers 200, failing early when the process pid
+// exited. It watches the PID it was given, not the PID file: a file re-read can race with a Stop of
+// another caller, and a process it no longer names would run on orphaned.
+func waitReady(ctx context.Context, stateDir string, b Binary, pid int) error {
 	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", b.ProbePort)
 	client := &http.Client{Timeout: time.Second}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-		if _, ok := running(stateDir, b.Name); !ok {
-			return false, fmt.Errorf("%s exited", b.Name)
+		if !alive(pid) {
+			return false, fmt.Errorf("%s (pid %d) exited", b.Name, pid)
 		}
 		resp, err := client.Get(url)
 		if err != nil {
@@ -225,6 +232,12 @@ func running(stateDir, name string) (int, bool) {
 		return 0, false
 	}
 	return pid, true
+}
+
+// alive reports whether process pid exists and has not exited (a zombie has).
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !isZombie(string(stat))
 }
 
 // isZombie reads the state field of /proc/<pid>/stat (after the parenthesised command name).
