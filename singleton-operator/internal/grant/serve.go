@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/statefulops/statefulops/shared/certfiles"
+
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -75,11 +77,14 @@ func (c *ServeConfig) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		}
 		dir = DefaultCertDir()
 		key := types.NamespacedName{Namespace: c.namespace, Name: c.secret}
-		files, err := addCertFileSync(mgr, key, dir)
+		// The certificate through the API, not a Secret volume: a fresh install serves grants about a
+		// second after the rotator wrote it instead of after the kubelet's pod sync (~80 s), and no
+		// certificate still means no endpoint, no grant.
+		written, err := certfiles.Sync(mgr, key, dir)
 		if err != nil {
 			return fmt.Errorf("following the grant certificate Secret: %w", err)
 		}
-		certReady = files.Written
+		certReady = written
 		dns := fmt.Sprintf("%s.%s.svc", c.service, c.namespace)
 		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
 			SecretKey:             key,

@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/statefulops/statefulops/shared/certfiles"
+
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
@@ -127,7 +129,7 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		}
 		c.grantCA.known = make(chan struct{})
 		caKnown = c.grantCA.known
-		if err := followSecret(mgr, types.NamespacedName{Namespace: c.certNamespace, Name: c.grantCASecret}, c.grantCA.set); err != nil {
+		if err := certfiles.FollowSecret(mgr, types.NamespacedName{Namespace: c.certNamespace, Name: c.grantCASecret}, c.grantCA.set); err != nil {
 			return fmt.Errorf("following the grant CA Secret: %w", err)
 		}
 	}
@@ -153,7 +155,9 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	if err := os.MkdirAll(defaultCertDir(), 0o700); err != nil {
 		return fmt.Errorf("creating the certificate directory: %w", err)
 	}
-	if err := addCertFileSync(mgr, secret, defaultCertDir()); err != nil {
+	// The certificate through the API, not a Secret volume (see package certfiles); the webhook
+	// server's certificate watcher reloads the files on change.
+	if _, err := certfiles.Sync(mgr, secret, defaultCertDir()); err != nil {
 		return fmt.Errorf("following the certificate Secret: %w", err)
 	}
 	dns := fmt.Sprintf("%s.%s.svc", c.serviceName, c.certNamespace)
