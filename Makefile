@@ -87,6 +87,34 @@ e2e-kind: build $(KUBECTL) ## Run the e2e suites on a kind cluster instead (need
 	cd e2e && E2E_REAL_NODE=0 E2E_KUBECONFIG=$(STATE)/kind-kubeconfig go test -count=1 -tags e2e -timeout 40m -v -skip 'TestKwok' ./...; \
 	  status=$$?; go run ./cmd/kindcluster down; exit $$status
 
+##@ Measure
+
+# Records of `make bench` and `make chaos` (benchfmt JSON lines), turned into BENCHMARKS.md by e2e/cmd/benchreport.
+export BENCH_OUT ?= $(CACHE)/bench
+# CHAOS_SCALE multiplies the size of every chaos campaign: the tests' default (1) is the short campaign
+# `make test` runs; `make chaos` runs CHAOS_SCALE=5 (about 10 minutes). CHAOS_SEED replays a campaign.
+CHAOS_SCALE ?= 5
+FUZZTIME ?= 30s
+
+.PHONY: bench
+bench: tools images ## Measure every operator beside a baseline in the same run (local cluster); writes BENCHMARKS.md.
+	rm -f $(BENCH_OUT)/figures.jsonl
+	cd e2e && go test -count=1 -tags e2e,bench -timeout 60m -v -run '^TestBench' . 2>&1 | tee $(CACHE)/bench.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|bench:' ; exit $${PIPESTATUS[0]}
+	cd e2e && go run ./cmd/benchreport -file $(ROOT)/BENCHMARKS.md -section bench -command "make bench"
+
+.PHONY: chaos
+chaos: tools images ## Randomized fault campaigns with the invariant checkers (CHAOS_SCALE, CHAOS_SEED); writes BENCHMARKS.md.
+	rm -f $(BENCH_OUT)/chaos.jsonl
+	cd e2e && CHAOS_SCALE=$(CHAOS_SCALE) go test -count=1 -tags e2e -timeout 0 -v -run '^TestChaos' . 2>&1 | tee $(CACHE)/chaos.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|chaos:' ; exit $${PIPESTATUS[0]}
+	cd e2e && go run ./cmd/benchreport -file $(ROOT)/BENCHMARKS.md -section chaos -command "make chaos CHAOS_SCALE=$(CHAOS_SCALE)"
+
+.PHONY: fuzz
+fuzz: ## Run every Go fuzz target for FUZZTIME each (their seed corpora run in `make test`).
+	for m in $(MODULES); do (cd $$m && for pkg in $$(go list ./...); do \
+	  for f in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz: $$pkg $$f ($(FUZZTIME))"; go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; done) || exit 1; done
+
 ##@ Build
 
 # Every binary of the project: the operators, the webhook server, and the e2e test app and pod sandbox
@@ -139,7 +167,7 @@ verify: manifests ## Fail if anything generated is stale, a module is untidy, or
 	for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy); done
 	go work sync
 	test -z "$$(gofmt -l $(MODULES))" || { gofmt -l $(MODULES); echo "gofmt: the files above are not formatted"; exit 1; }
-	for m in $(MODULES); do (cd $$m && go vet -tags integration,e2e ./...); done
+	for m in $(MODULES); do (cd $$m && go vet -tags integration,e2e,bench ./...); done
 	git diff --exit-code -- . || { echo "generated files, go.mod/go.sum or go.work.sum are stale: run 'make verify' and commit the result"; exit 1; }
 	test -z "$$(git status --porcelain --untracked-files=all -- deploy '*/config' '*/zz_generated.deepcopy.go' go.work.sum)" || { git status --porcelain -- deploy '*/config'; echo "untracked generated files: commit them"; exit 1; }
 

@@ -36,12 +36,14 @@ type Binary struct {
 	WebhookPort int
 }
 
-// All returns every binary of statefulops as `make run` starts it.
+// All returns every binary of statefulops as `make run` starts it. STATEFULOPS_PORT_OFFSET (an
+// integer) shifts every loopback port, so that two test runs on one machine do not collide.
 func All() []Binary {
+	offset, _ := strconv.Atoi(os.Getenv("STATEFULOPS_PORT_OFFSET"))
 	operator := func(name string, i int) Binary {
 		// The namespace and ServiceAccount names follow deploy/<name>.yaml (kustomize namePrefix <name>-).
 		return Binary{Name: name, ServiceAccount: name + "-system/" + name + "-controller-manager",
-			ProbePort: 18081 + 10*i, MetricsPort: 18443 + 10*i}
+			ProbePort: offset + 18081 + 10*i, MetricsPort: offset + 18443 + 10*i}
 	}
 	return []Binary{
 		operator("singleton-operator", 0),
@@ -49,7 +51,7 @@ func All() []Binary {
 		operator("lease-operator", 2),
 		operator("rollout-operator", 3),
 		operator("extended-operator", 4),
-		{Name: "webhook-server", ProbePort: 18131, MetricsPort: 18493, WebhookPort: 19443},
+		{Name: "webhook-server", ProbePort: offset + 18131, MetricsPort: offset + 18493, WebhookPort: offset + 19443},
 	}
 }
 
