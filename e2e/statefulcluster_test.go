@@ -150,13 +150,17 @@ func TestStatefulCluster(t *testing.T) {
 		node := localcluster.NodeName(2)
 		t.Cleanup(func() { assert.NoError(t, localcluster.SetNodeReady(context.Background(), client, node, true)) })
 		require.NoError(t, localcluster.SetNodeReady(t.Context(), client, node, false))
+		// Wait for the spread itself: the Ready status alone can still be the one from before the
+		// node loss was noticed (it is only acted on after nodeLossToleranceSeconds).
+		require.EventuallyWithT(t, func(col *assert.CollectT) {
+			perZone = map[string]int{}
+			for _, p := range livePods(t, ns, "zones") {
+				perZone[p.Labels[clusterv1alpha1.ZoneLabel]]++
+			}
+			assert.Equal(col, map[string]int{"zone-a": 3, "zone-b": 3}, perZone)
+		}, timeout, tick, "zone-c's identities replaced in zone-a and zone-b")
 		waitStatefulClusterReady(t, ns, "zones", replicas, timeout)
-		perZone = map[string]int{}
-		for _, p := range livePods(t, ns, "zones") {
-			perZone[p.Labels[clusterv1alpha1.ZoneLabel]]++
-		}
 		t.Logf("after losing zone-c's node: %v", perZone)
-		assert.Equal(t, map[string]int{"zone-a": 3, "zone-b": 3}, perZone)
 		require.NoError(t, localcluster.SetNodeReady(t.Context(), client, node, true))
 	})
 
