@@ -226,9 +226,14 @@ func (zc *zoneUpgradeChecker) check() {
 	perZone := map[string]int{}
 	for _, s := range zc.sts {
 		z := s.Labels[extendedv1alpha1.ZoneLabel]
-		live[z+"/"+s.Labels[extendedv1alpha1.VersionLabel]] = true
-		perZone[z]++
-		if s.Annotations[extendedv1alpha1.PhaseAnnotation] != extendedv1alpha1.PhaseDone {
+		if ptr.Deref(s.Spec.Replicas, 1) > 0 {
+			// A version scaled to 0 (kept for a rollback while the post Job runs, or stopped after one)
+			// counts like a deleted one: its pods are on their way out, and they are not counted below.
+			live[z+"/"+s.Labels[extendedv1alpha1.VersionLabel]] = true
+			perZone[z]++
+		}
+		// A version whose post upgrade Job runs has all its pods Ready: the zone replaces none.
+		if p := s.Annotations[extendedv1alpha1.PhaseAnnotation]; p != extendedv1alpha1.PhaseDone && p != extendedv1alpha1.PhasePostJob {
 			busy[z] = true
 		}
 	}

@@ -22,6 +22,8 @@ func main() {
 		LeaderElectionID: "extended-operator.fissile.cloudfoundry.org",
 		Schemes:          []func(*runtime.Scheme) error{extendedv1alpha1.AddToScheme},
 		Flags:            controller.AddFlags,
-		Setup:            controller.Setup,
+		// ConfigMaps and Secrets as slim metadata only (controller/cache.go).
+		Cache: controller.CacheOptions,
+		Setup: controller.Setup,
 	})
 }

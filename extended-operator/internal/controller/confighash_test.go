@@ -47,19 +47,27 @@ func TestDebouncer(t *testing.T) {
 	d := newDebouncer(2*time.Second, 10*time.Second)
 	key := types.NamespacedName{Namespace: "ns", Name: "web"}
 	t0 := time.Unix(1000, 0)
-	wait, first := d.wait(key, "a", t0)
+	wait, first := d.wait(key, "a", t0, -1)
 	assert.Equal(t, 2*time.Second, wait)
 	assert.Equal(t, t0, first)
-	wait, _ = d.wait(key, "b", t0.Add(time.Second)) // a new edit restarts the quiet period
+	wait, _ = d.wait(key, "b", t0.Add(time.Second), -1) // a new edit restarts the quiet period
 	assert.Equal(t, 2*time.Second, wait)
-	wait, _ = d.wait(key, "b", t0.Add(3*time.Second))
+	wait, _ = d.wait(key, "b", t0.Add(3*time.Second), -1)
 	assert.Zero(t, wait)
 	for i := range 20 { // edits that never stop: bounded by maxDelay from the first
-		wait, _ = d.wait(key, string(rune('c'+i)), t0.Add(time.Duration(4+i)*500*time.Millisecond))
+		wait, _ = d.wait(key, string(rune('c'+i)), t0.Add(time.Duration(4+i)*500*time.Millisecond), -1)
 	}
 	assert.Zero(t, wait, "the burst started more than maxDelay ago")
 	d.forget(key)
-	wait, first = d.wait(key, "z", t0.Add(time.Minute))
+	wait, first = d.wait(key, "z", t0.Add(time.Minute), -1)
 	assert.Equal(t, 2*time.Second, wait)
 	assert.Equal(t, t0.Add(time.Minute), first)
+
+	// The ExtendedStatefulSet's own quiet period replaces the default; 0 applies at once.
+	d.forget(key)
+	wait, _ = d.wait(key, "q", t0, 500*time.Millisecond)
+	assert.Equal(t, 500*time.Millisecond, wait)
+	d.forget(key)
+	wait, _ = d.wait(key, "q", t0, 0)
+	assert.Zero(t, wait)
 }

@@ -8,10 +8,14 @@
 // A template with volumeClaimTemplates upgrades ordinal by ordinal, each ordinal's volumes moving to the
 // new version's claims (handover.go), so data stays with its ordinal and no volume is used by two pods.
 // With spec.az.zones each zone has its own versions (<name>-z<index>-v<N>, zones.go), pinned to the zone,
-// and upgrades and configuration rolls go one zone at a time.
+// and upgrades and configuration rolls go one zone at a time; a zone without a Ready node is reported
+// (nodes.go). With spec.upgradeJobs a new version waits, without pods, for its pre Job and, once it runs
+// in every zone, its post Job runs (jobs.go); a failed pre Job marks the version stale, a failed post Job
+// is reported and may roll back.
 //
 // Restart safety: nothing lives only in memory. Versions, phases, watch start times and retry counts
-// are annotations of the StatefulSets, written with a resourceVersion precondition, and the config hash
+// are annotations of the StatefulSets, written with a resourceVersion precondition; upgrade Jobs have
+// names derived from their version, so a restarted operator finds them; and the config hash
 // is recomputed from the data on every reconcile (level-triggered: a change made while the operator was
 // down still rolls the pods). Only the debounce of config bursts is in memory; losing it delays a roll
 // by one quiet period, never skips one.
@@ -26,6 +30,7 @@ import (
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
@@ -54,7 +59,8 @@ const (
 // Defaults of the timings the command line can change.
 const (
 	// DefaultConfigQuietPeriod is how long referenced data must stay unchanged before the pods roll, so
-	// a burst of edits rolls them once.
+	// a burst of edits rolls them once, for objects without spec.updateStrategy.configChangeQuietPeriod
+	// (written before the field existed; its schema default is the same 2s).
 	DefaultConfigQuietPeriod = 2 * time.Second
 	// DefaultConfigMaxDelay bounds the debounce when edits never stop.
 	DefaultConfigMaxDelay = 10 * time.Second
@@ -70,7 +76,8 @@ type Reconciler struct {
 	Client client.Client
 	// Cache reads ExtendedStatefulSets, StatefulSets, ConfigMaps and Secrets (the manager's cache).
 	Cache client.Reader
-	// APIReader lists pods (only to restart canaries; pods are not cached).
+	// APIReader lists pods (only to restart canaries; pods are not cached) and reads the referenced
+	// ConfigMaps and Secrets for the config hash (only their metadata is cached, cache.go).
 	APIReader client.Reader
 	// Scheme builds ownerReferences.
 	Scheme *runtime.Scheme
@@ -106,7 +113,7 @@ var flagOptions Options
 // AddFlags adds the operator's flags to the command's flag set.
 func AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&flagOptions.ConfigQuietPeriod, "config-quiet-period", DefaultConfigQuietPeriod,
-		"How long referenced ConfigMap/Secret data must stay unchanged before pods roll (bursts roll once).")
+		"How long referenced ConfigMap/Secret data must stay unchanged before pods roll (bursts roll once), for ExtendedStatefulSets without spec.updateStrategy.configChangeQuietPeriod.")
 	fs.DurationVar(&flagOptions.ConfigMaxDelay, "config-max-delay", DefaultConfigMaxDelay,
 		"Longest a configuration roll waits for edits to stop.")
 	fs.StringVar(&flagOptions.HashKeySecret, "config-hash-key-secret", DefaultHashKeySecret,
@@ -164,8 +171,11 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Named("extendedstatefulset").
 		For(&extendedv1alpha1.ExtendedStatefulSet{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&appsv1.StatefulSet{}).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexConfigMaps)), builder.WithPredicates(dataChanged())).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.referrers(indexSecrets)), builder.WithPredicates(dataChanged())).
+		Owns(&batchv1.Job{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.zoneReferrers), builder.WithPredicates(nodeZoneChanged())).
+		// Metadata only, slim (cache.go): an event names the object; the hash reads its data uncached.
+		Watches(ConfigMapMeta(), handler.EnqueueRequestsFromMapFunc(r.referrers(indexConfigMaps)), builder.WithPredicates(configChanged())).
+		Watches(SecretMeta(), handler.EnqueueRequestsFromMapFunc(r.referrers(indexSecrets)), builder.WithPredicates(configChanged())).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
 }
 

@@ -55,6 +55,14 @@ var (
 		Name: "extended_operator_zones_waiting",
 		Help: "Zones whose upgrade or configuration roll waits for another zone (zone by zone).",
 	}, []string{"namespace", "extendedstatefulset"})
+	upgradeJobsCreated = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "extended_operator_upgrade_jobs_created_total",
+		Help: "Upgrade Jobs (kind pre or post) created.",
+	}, []string{"namespace", "extendedstatefulset", "kind"})
+	zonesWithoutReadyNode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "extended_operator_zones_unavailable",
+		Help: "Zones of spec.az.zones without a Ready node (zone outage).",
+	}, []string{"namespace", "extendedstatefulset"})
 	registerOnce sync.Once
 )
 
@@ -62,6 +70,7 @@ var (
 func registerMetrics() {
 	registerOnce.Do(func() {
 		metrics.Registry.MustRegister(versionsCreated, versionsDeleted, staleVersions, canaryRetries,
-			configRestarts, replicasRestored, volumeHandovers, configDelay, upgradeDuration, zonesRemoved, zoneUpgradesWaiting)
+			configRestarts, replicasRestored, volumeHandovers, configDelay, upgradeDuration, zonesRemoved, zoneUpgradesWaiting,
+			upgradeJobsCreated, zonesWithoutReadyNode)
 	})
 }

@@ -35,6 +35,14 @@ type outcome struct {
 	zones []zoneOutcome
 	// prefix names the zone in focus in condition messages ("" without zones).
 	prefix string
+	// jobs are the upgrade Jobs (shared by the zones' outcomes); postJob names the post Job that runs for
+	// the newest version, once every zone runs it.
+	jobs    jobs
+	postJob string
+	// previous is the version kept for a rollback while the post Job of current runs (nil otherwise).
+	previous *version
+	// readyNodes counts the Ready nodes of each zone (with zones).
+	readyNodes map[string]int32
 }
 
 // zoneOutcome is one zone's outcome.
@@ -48,10 +56,13 @@ func merge(zones []zone, zos []*outcome) *outcome {
 	if len(zones) == 1 && !zones[0].zoned() {
 		return zos[0]
 	}
-	o := &outcome{missing: zos[0].missing}
+	o := &outcome{missing: zos[0].missing, jobs: zos[0].jobs}
 	focus, zoneWait := -1, ""
 	for i, zo := range zos {
 		o.zones = append(o.zones, zoneOutcome{zone: zones[i], o: zo})
+		if o.postJob == "" {
+			o.postJob = zo.postJob
+		}
 		o.versions = append(o.versions, zo.versions...)
 		o.configPending = o.configPending || zo.configPending
 		o.configRolled = o.configRolled || zo.configRolled
@@ -180,6 +191,7 @@ func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *
 	} else {
 		st.ZoneCount, st.Zones = 0, nil
 	}
+	st.UpgradeJobs = jobStatus(o.jobs)
 
 	set := func(t string, status bool, reason, msg string) {
 		s := metav1.ConditionFalse
@@ -188,6 +200,9 @@ func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *
 		}
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: ests.Generation})
 	}
+
+	r.applyZonesAvailable(ests, o, set)
+	applyJobConditions(ests, o, set)
 
 	// MissingReference.
 	if len(o.missing) > 0 {
@@ -222,12 +237,21 @@ func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *
 		if len(o.missing) > 0 {
 			progressReason = extendedv1alpha1.ReasonReferenceNotFound
 		}
+	case o.newest != nil && !stale && o.newest.phase() == extendedv1alpha1.PhasePreJob:
+		progressReason, progressMsg = extendedv1alpha1.ReasonPreUpgradeJobRunning,
+			fmt.Sprintf("%sversion %d waits for pre upgrade Job %s", o.prefix, o.newest.number, o.newest.annotation(extendedv1alpha1.PreJobAnnotation))
 	case o.newest != nil && !stale && o.newest.phase() == extendedv1alpha1.PhaseCanary:
 		progressReason, progressMsg = extendedv1alpha1.ReasonCanaryRollout,
 			fmt.Sprintf("%sversion %d: %d of %d canaries Ready", o.prefix, o.newest.number, o.newest.ready(), o.newest.specReplicas())
 	case o.newest != nil && !stale && o.newest.phase() == extendedv1alpha1.PhaseRollout:
 		progressReason, progressMsg = extendedv1alpha1.ReasonRollout,
 			fmt.Sprintf("%sversion %d: %d of %d pods Ready", o.prefix, o.newest.number, o.newest.ready(), o.newest.specReplicas())
+	case o.postJob != "" && !stale:
+		progressReason, progressMsg = extendedv1alpha1.ReasonPostUpgradeJobRunning,
+			fmt.Sprintf("version %d runs; post upgrade Job %s runs", o.current.number, o.postJob)
+	case o.postJobPending() && !stale:
+		progressReason, progressMsg = extendedv1alpha1.ReasonPostUpgradeJobRunning,
+			"the post upgrade Job runs once every zone runs the new version"
 	case o.cleaningUp() && !stale:
 		progressReason, progressMsg = extendedv1alpha1.ReasonCleanup, "lower versions are being deleted"
 	case o.configPending || o.configRolled || o.configRolling():
@@ -247,7 +271,11 @@ func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *
 		if o.current != nil {
 			msg += fmt.Sprintf("; version %d serves", o.current.number)
 		}
-		set(extendedv1alpha1.ConditionReady, false, extendedv1alpha1.ReasonCanaryFailed, msg+"; change the template to try again")
+		reason, _, _ := strings.Cut(o.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
+		if reason == "" {
+			reason = extendedv1alpha1.ReasonCanaryFailed
+		}
+		set(extendedv1alpha1.ConditionReady, false, reason, msg+"; change the template to try again")
 	case progressReason != "":
 		set(extendedv1alpha1.ConditionReady, false, progressReason, progressMsg)
 	case len(o.missing) > 0:
@@ -263,10 +291,59 @@ func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *
 	}
 }
 
+// postJobPending reports whether a zone's newest version serves in phase PostJob (its post Job waits
+// for the other zones).
+func (o *outcome) postJobPending() bool {
+	for _, zo := range o.outcomes() {
+		if n := zo.newest; n != nil && n == zo.current && n.phase() == extendedv1alpha1.PhasePostJob {
+			return true
+		}
+	}
+	return false
+}
+
+// applyJobConditions sets UpgradeBlocked (the newest version's pre Job failed) and PostUpgradeFailed
+// (the post Job of the highest version failed), both only with spec.upgradeJobs.
+func applyJobConditions(ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, set func(string, bool, string, string)) {
+	if ests.Spec.UpgradeJobs == nil && len(o.jobs) == 0 {
+		meta.RemoveStatusCondition(&ests.Status.Conditions, extendedv1alpha1.ConditionUpgradeBlocked)
+		meta.RemoveStatusCondition(&ests.Status.Conditions, extendedv1alpha1.ConditionPostUpgradeFailed)
+		return
+	}
+	if n := o.newest; n != nil && n.stale() && n.sts.DeletionTimestamp.IsZero() && n.phase() == extendedv1alpha1.PhasePreJob {
+		_, msg, _ := strings.Cut(n.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
+		set(extendedv1alpha1.ConditionUpgradeBlocked, true, extendedv1alpha1.ReasonJobFailed, o.prefix+msg)
+	} else {
+		set(extendedv1alpha1.ConditionUpgradeBlocked, false, extendedv1alpha1.ReasonReconciled, "no pre upgrade Job failed")
+	}
+	j := latestPostJob(o.jobs)
+	if jobState(j) != extendedv1alpha1.JobFailed {
+		set(extendedv1alpha1.ConditionPostUpgradeFailed, false, extendedv1alpha1.ReasonReconciled, "no post upgrade Job failed")
+		return
+	}
+	n := jobVersion(j)
+	rolled := slices.ContainsFunc(o.versions, func(v *version) bool { return v.number == n && v.stale() && rolledBack(v) })
+	if rolled {
+		set(extendedv1alpha1.ConditionPostUpgradeFailed, true, extendedv1alpha1.ReasonRolledBack,
+			fmt.Sprintf("post upgrade Job %s of version %d failed; rolled back to the previous version", j.Name, n))
+		return
+	}
+	set(extendedv1alpha1.ConditionPostUpgradeFailed, true, extendedv1alpha1.ReasonJobFailed,
+		fmt.Sprintf("post upgrade Job %s of version %d failed; version %d keeps running (spec.upgradeJobs.rollbackOnPostFailure is off)", j.Name, n, n))
+}
+
 // applyZoneStatus writes the per-zone status and the version summary across zones: currentVersion is
 // the lowest version serving in any zone (the one every zone runs at least), updateVersion the highest.
 func applyZoneStatus(st *extendedv1alpha1.ExtendedStatefulSetStatus, o *outcome) {
 	st.ZoneCount = int32(len(o.zones))
+	readyNodes := o.readyNodes
+	if readyNodes == nil {
+		// Not counted (the reconcile failed before): keep the last counts.
+		readyNodes = map[string]int32{}
+		for _, zs := range st.Zones {
+			readyNodes[zs.Name] = zs.ReadyNodes
+		}
+	}
 	st.Zones = make([]extendedv1alpha1.ZoneStatus, 0, len(o.zones))
 	st.CurrentVersion, st.UpdateVersion, st.UpdatedReplicas = 0, 0, 0
 	for i, zo := range o.zones {
@@ -285,6 +362,7 @@ func applyZoneStatus(st *extendedv1alpha1.ExtendedStatefulSetStatus, o *outcome)
 		if n := zo.o.newest; n != nil {
 			zs.UpdateVersion = int32(n.number)
 		}
+		zs.ReadyNodes = readyNodes[zo.zone.name]
 		if i == 0 || zs.CurrentVersion < st.CurrentVersion {
 			st.CurrentVersion = zs.CurrentVersion
 		}

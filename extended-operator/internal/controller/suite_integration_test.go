@@ -63,7 +63,8 @@ func startOperator(t *testing.T, funcs *interceptor.Funcs) *operator {
 		require.NoError(t, err)
 		opts.Client = interceptor.NewClient(writer, *funcs)
 	}
-	return &operator{stop: suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error { return SetupWithOptions(ctx, mgr, opts) })}
+	return &operator{stop: suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error { return SetupWithOptions(ctx, mgr, opts) },
+		func(o *ctrl.Options) { CacheOptions(&o.Cache) })} // as main.go does
 }
 
 // fixture is a namespace with one ExtendedStatefulSet "web".
@@ -90,6 +91,8 @@ func (f *fixture) newESTS(replicas int32, image string) *extendedv1alpha1.Extend
 				Canaries:        ptr.To[int32](1),
 				CanaryWatchTime: &metav1.Duration{Duration: time.Minute},
 				UpdateWatchTime: &metav1.Duration{Duration: time.Minute},
+				// The operator's quiet period in these tests (startOperator), not the schema's 2s.
+				ConfigChangeQuietPeriod: &metav1.Duration{Duration: 500 * time.Millisecond},
 			},
 			Template: extendedv1alpha1.StatefulSetTemplate{
 				Spec: appsv1.StatefulSetSpec{

@@ -26,7 +26,7 @@ import (
 func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (*outcome, error) {
 	now := r.Clock.Now()
 	o := &outcome{}
-	cfg, err := computeConfigHash(ctx, r.Cache, r.HashKey, ests)
+	cfg, err := computeConfigHash(ctx, r.APIReader, r.HashKey, ests)
 	if err != nil {
 		return o, err
 	}
@@ -39,6 +39,11 @@ func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alph
 	if err != nil {
 		return o, err
 	}
+	js, err := r.listJobs(ctx, ests)
+	if err != nil {
+		return o, err
+	}
+	o.jobs = js
 	zones := desiredZones(ests)
 	byZone := map[string][]*version{}
 	for _, v := range all {
@@ -46,7 +51,7 @@ func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alph
 	}
 	zos := make([]*outcome, len(zones))
 	for i, z := range zones {
-		zos[i] = &outcome{missing: o.missing}
+		zos[i] = &outcome{missing: o.missing, jobs: js}
 		zos[i].classify(byZone[z.name])
 	}
 	waiting := 0
@@ -80,6 +85,7 @@ func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alph
 		} else if g.next, err = r.firstNumber(ctx, ests, all, z); err != nil {
 			return merge(zones, zos), err
 		}
+		g.all = all
 		if err := r.reconcileZone(ctx, ests, zo, z, wantCfg, g, now); err != nil {
 			return merge(zones, zos), err
 		}
@@ -88,7 +94,16 @@ func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alph
 		}
 	}
 	zoneUpgradesWaiting.WithLabelValues(ests.Namespace, ests.Name).Set(float64(waiting))
+	if err := r.reconcilePost(ctx, ests, zones, zos, js); err != nil {
+		return merge(zones, zos), err
+	}
+	if err := r.pruneJobs(ctx, ests, all, js); err != nil {
+		return merge(zones, zos), err
+	}
 	o = merge(zones, zos)
+	if o.readyNodes, err = r.zoneNodes(ctx, zones); err != nil {
+		return o, err
+	}
 
 	// Zones no longer listed go once the listed ones serve fully, so a move between zone layouts (or from
 	// no zones to zones) never leaves fewer Ready pods than before.
@@ -116,6 +131,8 @@ type gate struct {
 	why string
 	// next is the number of the zone's next version.
 	next int
+	// all are the versions of every zone (to find a pre Job another zone ran for the same template).
+	all []*version
 }
 
 // freeNumber is the lowest version number >= from whose StatefulSet name no other version uses: after
@@ -136,9 +153,13 @@ func (o *outcome) classify(versions []*version) {
 	}
 	o.newest = versions[len(versions)-1]
 	for _, v := range versions {
-		if !v.stale() && v.phase() == extendedv1alpha1.PhaseDone {
-			o.current = v
+		if p := v.phase(); !v.stale() && (p == extendedv1alpha1.PhaseDone || p == extendedv1alpha1.PhasePostJob) {
+			o.previous, o.current = o.current, v
 		}
+	}
+	if o.current == nil || o.current != o.newest || o.current.phase() != extendedv1alpha1.PhasePostJob {
+		// Only a version whose post Job runs keeps a previous one (for a rollback).
+		o.previous = nil
 	}
 }
 
@@ -157,7 +178,7 @@ func (r *Reconciler) reconcileZone(ctx context.Context, ests *extendedv1alpha1.E
 			return nil // never start pods that cannot start: MissingReference says why
 		}
 		// Nothing serves yet, so the first version needs no canaries (and starting a zone is no upgrade).
-		v, err := r.createVersion(ctx, ests, z, g.next, wantCfg, extendedv1alpha1.PhaseDone, desired, now)
+		v, err := r.createVersion(ctx, ests, z, g.next, wantCfg, extendedv1alpha1.PhaseDone, desired, now, "")
 		if v != nil {
 			o.versions = []*version{v}
 			o.newest, o.current = v, v
@@ -169,6 +190,15 @@ func (r *Reconciler) reconcileZone(ctx context.Context, ests *extendedv1alpha1.E
 	// Versions that neither serve nor are the newest were superseded (a lower version once a higher one
 	// is rolled out, or an unfinished or stale version replaced by a newer template).
 	for _, v := range versions {
+		if v == o.previous && keepPrevious(ests) && v.sts.DeletionTimestamp.IsZero() {
+			// Kept for a rollback while the post Job runs, without pods (with volumes it runs no ordinal).
+			if !usesHandover(v.sts) {
+				if err := r.ensureReplicas(ctx, ests, v, 0); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		if v != newest && v != current {
 			if handingOver(v, current) {
 				// It runs ordinals on volumes moved from the serving version: they go back first, or
@@ -194,7 +224,7 @@ func (r *Reconciler) reconcileZone(ctx context.Context, ests *extendedv1alpha1.E
 		if !g.upgrade {
 			o.waiting, o.waitReason = g.why, extendedv1alpha1.ReasonZoneUpgrade
 			o.requeueAfter = minPositive(o.requeueAfter, pollWhileWaiting)
-		} else if err := r.startVersion(ctx, ests, o, z, newest, current, g.next, wantCfg, now); err != nil || o.newest != newest {
+		} else if err := r.startVersion(ctx, ests, o, z, g, newest, current, wantCfg, now); err != nil || o.newest != newest {
 			return err
 		}
 		// The new version waits: the existing ones keep being driven and restarted on config changes.
@@ -220,10 +250,12 @@ func (r *Reconciler) reconcileZone(ctx context.Context, ests *extendedv1alpha1.E
 }
 
 // startVersion creates the StatefulSet of the next version, unless the serving version must first be
-// Ready (updateNotReady false) or a referenced object is missing.
+// Ready (updateNotReady false) or a referenced object is missing. With a pre upgrade Job the version
+// starts in phase PreJob at 0 replicas, unless the Job already completed for this template in another
+// zone.
 func (r *Reconciler) startVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, z zone,
-	newest, current *version, number int, wantCfg string, now time.Time) error {
-	desired := z.replicas
+	g gate, newest, current *version, wantCfg string, now time.Time) error {
+	desired, number := z.replicas, g.next
 	if len(o.missing) > 0 {
 		o.waiting = "the template changed, but the new version would not start: " + strings.Join(o.missing, ", ") + " missing"
 		return nil
@@ -235,17 +267,15 @@ func (r *Reconciler) startVersion(ctx context.Context, ests *extendedv1alpha1.Ex
 		o.requeueAfter = pollWhileWaiting
 		return nil
 	}
-	canaries := min(ptr.Deref(ests.Spec.UpdateStrategy.Canaries, 1), desired)
-	phase, replicas := extendedv1alpha1.PhaseCanary, canaries
-	if canaries <= 0 || current == nil {
-		// No canaries asked for, or nothing serves that they would protect.
-		phase, replicas = extendedv1alpha1.PhaseRollout, desired
+	phase, replicas := firstPhase(ests, current, desired)
+	preJob := ""
+	if jobTemplate(ests, extendedv1alpha1.UpgradeJobPre) != nil {
+		done := false
+		if preJob, done = preJobFor(ests, o.jobs, g.all, number); !done {
+			phase, replicas = extendedv1alpha1.PhasePreJob, 0
+		}
 	}
-	if current != nil && len(ests.Spec.Template.Spec.VolumeClaimTemplates) > 0 {
-		// The ordinals, with their volumes, move over one at a time (handover.go).
-		replicas = 0
-	}
-	v, err := r.createVersion(ctx, ests, z, number, wantCfg, phase, replicas, now)
+	v, err := r.createVersion(ctx, ests, z, number, wantCfg, phase, replicas, now, preJob)
 	if v != nil {
 		o.versions = append(o.versions, v)
 		o.newest = v
@@ -257,9 +287,12 @@ func (r *Reconciler) startVersion(ctx context.Context, ests *extendedv1alpha1.Ex
 // createVersion creates a version's StatefulSet. An existing one of that name (created by an earlier
 // reconcile whose result the cache had not seen) is not an error: the next reconcile reads it.
 func (r *Reconciler) createVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number int,
-	cfgHash, phase string, replicas int32, now time.Time) (*version, error) {
+	cfgHash, phase string, replicas int32, now time.Time, preJob string) (*version, error) {
 	sts := buildStatefulSet(ests, z, number, cfgHash, phase, replicas, now)
 	sts.Annotations[replicasAnnotation] = strconv.Itoa(int(replicas))
+	if preJob != "" {
+		sts.Annotations[extendedv1alpha1.PreJobAnnotation] = preJob
+	}
 	if err := r.setOwner(ests, sts); err != nil {
 		return nil, err
 	}
@@ -281,10 +314,18 @@ func (r *Reconciler) createVersion(ctx context.Context, ests *extendedv1alpha1.E
 // driveNewest moves the newest version through its phases.
 func (r *Reconciler) driveNewest(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
 	v *version, desired int32, now time.Time) error {
+	if v.phase() == extendedv1alpha1.PhasePreJob && !v.stale() {
+		return r.drivePre(ctx, ests, o, v, desired)
+	}
 	if handingOver(v, o.current) {
 		return r.driveHandover(ctx, ests, o, v, desired, now)
 	}
 	if v.stale() {
+		if rolledBack(v) && o.current != nil && !o.current.rolledOut() {
+			// Rolled back: the failed version serves until the previous one runs all its pods again.
+			o.requeueAfter = minPositive(o.requeueAfter, pollWhileWaiting)
+			return nil
+		}
 		return r.ensureReplicas(ctx, ests, v, 0)
 	}
 	switch v.phase() {
@@ -311,25 +352,41 @@ func (r *Reconciler) driveNewest(ctx context.Context, ests *extendedv1alpha1.Ext
 	}
 }
 
-// finishRollout makes a fully rolled out version the serving one and deletes the lower versions.
+// finishRollout makes a fully rolled out version the serving one and deletes the lower versions. With a
+// post upgrade Job the version goes to phase PostJob instead of Done (reconcilePost runs the Job once
+// every zone runs it), and with rollbackOnPostFailure the serving version is kept, without pods, until
+// the Job succeeded.
 func (r *Reconciler) finishRollout(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
 	v *version, desired int32, now time.Time) error {
 	if start := v.creationTime(); !start.IsZero() && o.current != nil {
 		upgradeDuration.Observe(now.Sub(start).Seconds())
 	}
-	if err := r.setPhase(ctx, ests, v, extendedv1alpha1.PhaseDone, desired, now,
-		"Version %d rolled out: all %d pods Ready", v.number, desired); err != nil {
+	phase, format := extendedv1alpha1.PhaseDone, "Version %d rolled out: all %d pods Ready"
+	post := o.current != nil && jobTemplate(ests, extendedv1alpha1.UpgradeJobPost) != nil
+	if post {
+		phase, format = extendedv1alpha1.PhasePostJob, "Version %d rolled out: all %d pods Ready; the post upgrade Job follows"
+	}
+	if err := r.setPhase(ctx, ests, v, phase, desired, now, format, v.number, desired); err != nil {
 		return err
+	}
+	keep := (*version)(nil)
+	if post && keepPrevious(ests) {
+		keep = o.current
 	}
 	// The lower versions go in this same reconcile, now that this one serves.
 	for _, old := range o.versions {
-		if old.number < v.number {
+		if old.number < v.number && old != keep {
 			if err := r.deleteVersion(ctx, ests, old, "version "+strconv.Itoa(v.number)+" rolled out"); err != nil {
 				return err
 			}
 		}
 	}
-	o.current = v
+	if keep != nil && !usesHandover(keep.sts) {
+		if err := r.ensureReplicas(ctx, ests, keep, 0); err != nil {
+			return err
+		}
+	}
+	o.previous, o.current = keep, v
 	return nil
 }
 
@@ -385,11 +442,18 @@ func (r *Reconciler) checkWatch(ctx context.Context, ests *extendedv1alpha1.Exte
 
 // markStale annotates a failed version stale and scales it to zero; the serving version is untouched.
 func (r *Reconciler) markStale(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, v *version, reason, msg string) error {
+	return r.markStaleKeeping(ctx, ests, v, reason, msg, false)
+}
+
+// markStaleKeeping is markStale; with keepPods the version keeps its pods for now (a rollback scales it
+// to zero once the previous version runs again).
+func (r *Reconciler) markStaleKeeping(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, v *version,
+	reason, msg string, keepPods bool) error {
 	handBack := usesHandover(v.sts)
 	if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
 		sts.Annotations[extendedv1alpha1.StaleAnnotation] = "true"
 		sts.Annotations[extendedv1alpha1.StaleReasonAnnotation] = reason + ": " + msg
-		if !handBack {
+		if !handBack && !keepPods {
 			// With volumes, the ordinals go back one at a time instead (handBack).
 			sts.Annotations[replicasAnnotation] = "0"
 			sts.Spec.Replicas = ptr.To[int32](0)
@@ -497,7 +561,7 @@ func (r *Reconciler) rollConfig(ctx context.Context, ests *extendedv1alpha1.Exte
 		r.debounce.forget(key)
 		return nil
 	}
-	wait, first := r.debounce.wait(key, wantCfg, now)
+	wait, first := r.debounce.wait(key, wantCfg, now, quietPeriod(ests))
 	if wait > 0 {
 		o.configPending = true
 		o.requeueAfter = minPositive(o.requeueAfter, wait)

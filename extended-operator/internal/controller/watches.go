@@ -2,11 +2,9 @@ package controller
 
 import (
 	"context"
-	"reflect"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,23 +32,12 @@ func (r *Reconciler) referrers(index string) func(context.Context, client.Object
 	}
 }
 
-// dataChanged passes creations, deletions and updates that change a ConfigMap's or Secret's data:
-// label or annotation edits never reach the reconciler (and would not change the hash anyway).
-func dataChanged() predicate.Predicate {
-	return predicate.Funcs{
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			switch o := e.ObjectOld.(type) {
-			case *corev1.ConfigMap:
-				n, ok := e.ObjectNew.(*corev1.ConfigMap)
-				return !ok || !reflect.DeepEqual(o.Data, n.Data) || !reflect.DeepEqual(o.BinaryData, n.BinaryData)
-			case *corev1.Secret:
-				n, ok := e.ObjectNew.(*corev1.Secret)
-				return !ok || !reflect.DeepEqual(o.Data, n.Data)
-			}
-			return true
-		},
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
+// configChanged passes creations, deletions and every update of a ConfigMap or Secret: the watch
+// carries metadata only, so a data change cannot be told from a label edit here; the reconcile
+// recomputes the hash from the data, and an unchanged hash rolls nothing (no-op and metadata-only
+// updates restart no pod).
+func configChanged() predicate.Predicate {
+	return predicate.Funcs{GenericFunc: func(event.GenericEvent) bool { return false }}
 }
 
 // debouncer coalesces bursts of configuration changes: a new hash is applied once it has stayed the
@@ -72,8 +59,12 @@ func newDebouncer(quiet, maxDelay time.Duration) *debouncer {
 }
 
 // wait records that hash is wanted for key and returns how much longer to wait before applying it (zero:
-// apply now), and when the burst started.
-func (d *debouncer) wait(key types.NamespacedName, hash string, now time.Time) (time.Duration, time.Time) {
+// apply now), and when the burst started. quiet is the ExtendedStatefulSet's quiet period; negative means
+// the debouncer's default.
+func (d *debouncer) wait(key types.NamespacedName, hash string, now time.Time, quiet time.Duration) (time.Duration, time.Time) {
+	if quiet < 0 {
+		quiet = d.quiet
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	p, ok := d.pending[key]
@@ -83,7 +74,7 @@ func (d *debouncer) wait(key types.NamespacedName, hash string, now time.Time) (
 		p.hash, p.last = hash, now
 	}
 	d.pending[key] = p
-	wait := min(p.last.Add(d.quiet).Sub(now), p.first.Add(d.maxDelay).Sub(now))
+	wait := min(p.last.Add(quiet).Sub(now), p.first.Add(d.maxDelay).Sub(now))
 	return max(wait, 0), p.first
 }
 
@@ -92,4 +83,12 @@ func (d *debouncer) forget(key types.NamespacedName) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.pending, key)
+}
+
+// quietPeriod is spec.updateStrategy.configChangeQuietPeriod; -1 (the operator's default) when unset.
+func quietPeriod(ests *extendedv1alpha1.ExtendedStatefulSet) time.Duration {
+	if d := ests.Spec.UpdateStrategy.ConfigChangeQuietPeriod; d != nil && d.Duration >= 0 {
+		return d.Duration
+	}
+	return -1
 }

@@ -190,8 +190,12 @@ func watchZoneUpgrades(t *testing.T, ns string) *zoneUpgradeChecker {
 			notDone := map[string]bool{}
 			for _, s := range zc.sts {
 				z := s.Labels[extendedv1alpha1.ZoneLabel]
-				perZone[z]++
-				if s.Annotations[extendedv1alpha1.PhaseAnnotation] != extendedv1alpha1.PhaseDone {
+				if ptr.Deref(s.Spec.Replicas, 1) > 0 {
+					// A version kept without pods for a rollback (post Job running) replaces no pod.
+					perZone[z]++
+				}
+				// A version whose post Job runs has all its pods Ready: the zone replaces none.
+				if p := s.Annotations[extendedv1alpha1.PhaseAnnotation]; p != extendedv1alpha1.PhaseDone && p != extendedv1alpha1.PhasePostJob {
 					notDone[z] = true
 				}
 			}

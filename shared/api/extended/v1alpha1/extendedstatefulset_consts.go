@@ -18,6 +18,10 @@ const (
 	// ConditionPostUpgradeFailed is True when the post upgrade Job of the newest version failed; the
 	// message names the Job and says whether the upgrade was rolled back.
 	ConditionPostUpgradeFailed = "PostUpgradeFailed"
+	// ConditionZonesAvailable (with zones) is False when some zone of spec.az.zones has no Ready node
+	// (every node labelled with it NotReady, or none labelled): reason ZoneOutage, the message names the
+	// zones. Pods there cannot run; upgrades are not held back by it.
+	ConditionZonesAvailable = "ZonesAvailable"
 	// ConditionMissingReference is True when a ConfigMap or Secret referenced by the template does not
 	// exist (and is not optional); the message names it. Pods are not rolled into a broken state.
 	ConditionMissingReference = "MissingReference"
@@ -51,6 +55,8 @@ const (
 	ReasonReferenceNotFound = "ReferenceNotFound"
 	// ReasonPodsNotReady: some pods are not Ready (yet).
 	ReasonPodsNotReady = "PodsNotReady"
+	// ReasonZoneOutage: a zone has no Ready node.
+	ReasonZoneOutage = "ZoneOutage"
 	// ReasonZoneUpgrade: zones upgrade (and roll on configuration changes) one at a time; the message
 	// names the zone that waits and the zone it waits for.
 	ReasonZoneUpgrade = "ZoneUpgrade"

@@ -32,6 +32,10 @@ const (
 	CanaryRetriesAnnotation = "fissile.cloudfoundry.org/canary-retries"
 	// StaleReasonAnnotation says why a version was marked stale.
 	StaleReasonAnnotation = "fissile.cloudfoundry.org/stale-reason"
+	// PreJobAnnotation names the pre upgrade Job a version waits for (or waited for) before its pods start.
+	PreJobAnnotation = "fissile.cloudfoundry.org/pre-job"
+	// UpgradeJobLabel is the kind of an upgrade Job ("pre" or "post"), on the Job and its pods.
+	UpgradeJobLabel = "fissile.cloudfoundry.org/upgrade-job"
 )
 
 // Phases of a version (PhaseAnnotation).
@@ -42,6 +46,12 @@ const (
 	PhaseRollout = "Rollout"
 	// PhaseDone: the version is fully rolled out; lower versions are deleted.
 	PhaseDone = "Done"
+	// PhasePreJob: the version waits, at 0 replicas, for its pre upgrade Job (spec.upgradeJobs.pre).
+	PhasePreJob = "PreJob"
+	// PhasePostJob: the version is fully rolled out and serves; its post upgrade Job runs once every zone
+	// runs it. With rollbackOnPostFailure the previous version is kept (at 0 replicas) until the Job
+	// succeeded.
+	PhasePostJob = "PostJob"
 )
 
 // Event reasons of the operator (besides the condition reasons).
@@ -62,6 +72,26 @@ const (
 	EventRolledOut = "RolledOut"
 	// EventVolumeHandedOver: a PersistentVolume moved from one version's claim to another's.
 	EventVolumeHandedOver = "VolumeHandedOver"
+	// EventUpgradeJobCreated: an upgrade Job (pre or post) was created.
+	EventUpgradeJobCreated = "UpgradeJobCreated"
+	// EventUpgradeJobSucceeded: an upgrade Job completed.
+	EventUpgradeJobSucceeded = "UpgradeJobSucceeded"
+	// EventUpgradeJobDeleted: a finished upgrade Job beyond spec.upgradeJobs.historyLimit was deleted.
+	EventUpgradeJobDeleted = "UpgradeJobDeleted"
+)
+
+// Upgrade Job kinds (UpgradeJobLabel) and states (status.upgradeJobs[].state).
+const (
+	// UpgradeJobPre is a pre upgrade Job.
+	UpgradeJobPre = "pre"
+	// UpgradeJobPost is a post upgrade Job.
+	UpgradeJobPost = "post"
+	// JobRunning: the Job has neither finished condition yet.
+	JobRunning = "Running"
+	// JobComplete: the Job's Complete condition is True.
+	JobComplete = "Complete"
+	// JobFailed: the Job's Failed condition is True (after its backoffLimit).
+	JobFailed = "Failed"
 )
 
 // EffectiveUpdateOnEnvChange is spec.updateOnEnvChange, else its alias spec.updateOnConfigChange, else
@@ -102,6 +132,10 @@ const (
 
 // Event reasons of zones.
 const (
+	// EventZoneOutage (Warning): a zone has no Ready node; the message names the zones.
+	EventZoneOutage = "ZoneOutage"
+	// EventZonesAvailable: every zone has a Ready node again.
+	EventZonesAvailable = "ZonesAvailable"
 	// EventZoneRemoved: a zone left spec.az.zones; its StatefulSets were deleted (its claims kept, unless
 	// zoneRemovalPolicy is Delete).
 	EventZoneRemoved = "ZoneRemoved"

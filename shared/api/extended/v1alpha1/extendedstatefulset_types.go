@@ -133,6 +133,16 @@ type UpdateStrategy struct {
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1s')",message="spec.updateStrategy.updateWatchTime must be a duration of at least 1s, e.g. 5m"
 	UpdateWatchTime *metav1.Duration `json:"updateWatchTime,omitempty"`
+
+	// configChangeQuietPeriod is how long the data of the referenced ConfigMaps and Secrets must stay
+	// unchanged before the pods roll (with updateOnEnvChange), as a duration: a burst of edits within it
+	// rolls the pods once. "0s" rolls them on the first change at once (lowest latency, one roll per
+	// edit). However long edits go on, a change waits at most the operator's --config-max-delay (10s by
+	// default). Defaults to 2s; at most 1h.
+	// +optional
+	// +kubebuilder:default="2s"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) <= duration('1h')",message="spec.updateStrategy.configChangeQuietPeriod must be a duration between 0s and 1h, e.g. 2s"
+	ConfigChangeQuietPeriod *metav1.Duration `json:"configChangeQuietPeriod,omitempty"`
 }
 
 // StatefulSetTemplate is a whole StatefulSet as a template: metadata and spec.
@@ -199,21 +209,33 @@ type AvailabilityZones struct {
 	ZoneRemovalPolicy ZoneRemovalPolicy `json:"zoneRemovalPolicy,omitempty"`
 }
 
-// UpgradeJobs are the Jobs run around an upgrade to a new version. Each Job is owned by the
-// ExtendedStatefulSet, named after the version, and runs at most once per version.
+// UpgradeJobs are the Jobs run around an upgrade to a new version (not around the first version of an
+// ExtendedStatefulSet or of a zone: nothing is upgraded then). Each Job is owned by the
+// ExtendedStatefulSet (deleting it deletes them), labelled with its name, the version and the kind
+// (fissile.cloudfoundry.org/upgrade-job: pre or post), named <name>-pre-v<N> / <name>-post-v<N> after the
+// version N it belongs to, and runs at most once per version, operator restarts included. A Job is
+// finished when it has its own Complete or Failed condition: its backoffLimit, activeDeadlineSeconds
+// and podFailurePolicy decide when it has failed. The Job's pod template is used as given, plus the
+// label fissile.cloudfoundry.org/upgrade-job; restartPolicy defaults to Never when unset.
 type UpgradeJobs struct {
-	// pre is run before the pods of a new version start. If it fails (after its own backoffLimit), the
-	// upgrade does not start: the version is marked stale and condition UpgradeBlocked and an Event name
-	// the Job.
+	// pre is run before the pods of a new version start: the version's StatefulSet exists (phase PreJob,
+	// 0 replicas) and waits for the Job. With zones it runs once per version, before the first zone
+	// upgrades. If it fails, the upgrade does not start: the version is marked stale, conditions Stale and
+	// UpgradeBlocked and a Warning Event (reason JobFailed) name the Job, and the running version keeps
+	// serving; the next template change makes a new version (and a new pre Job).
 	// +optional
 	Pre *batchv1.JobTemplateSpec `json:"pre,omitempty"`
 
-	// post is run once all pods of a new version are Ready. Its failure is reported (condition
-	// PostUpgradeFailed and an Event) and, with rollbackOnPostFailure, the previous version is restored.
+	// post is run once all pods of a new version are Ready, in every zone. Until it finishes the version
+	// is in phase PostJob and serves. Its failure is reported (condition PostUpgradeFailed and a Warning
+	// Event naming the Job) and, with rollbackOnPostFailure, the previous version is restored.
 	// +optional
 	Post *batchv1.JobTemplateSpec `json:"post,omitempty"`
 
-	// rollbackOnPostFailure, when true, rolls back to the previous version when the post Job fails.
+	// rollbackOnPostFailure, when true, rolls back to the previous version when the post Job fails: the
+	// previous version's StatefulSet is kept (scaled to zero) until the post Job succeeded, and on failure
+	// it is scaled up again (with volumes: its ordinals and their volumes move back one at a time) before
+	// the new version, marked stale (reason RolledBack), stops.
 	// Defaults to false: the new version keeps running and the failure is reported.
 	// +optional
 	// +kubebuilder:default=false
@@ -284,6 +306,14 @@ type ExtendedStatefulSetStatus struct {
 	// +optional
 	ZoneCount int32 `json:"zoneCount,omitempty"`
 
+	// upgradeJobs are the upgrade Jobs that exist (see spec.upgradeJobs and its historyLimit), newest
+	// version first.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	UpgradeJobs []UpgradeJobStatus `json:"upgradeJobs,omitempty"`
+
 	// zones is the state per zone, in spec.az.zones order.
 	// +optional
 	// +listType=map
@@ -294,7 +324,8 @@ type ExtendedStatefulSetStatus struct {
 	// conditions describe the state in detail: "Ready" (the summary: one version runs with all its pods
 	// Ready), "Progressing" (an upgrade or restart is under way), "Stale" (the newest version failed and
 	// was marked stale), "UpgradeBlocked" (the pre upgrade Job failed), "PostUpgradeFailed" (the post
-	// upgrade Job failed) and "MissingReference" (a referenced ConfigMap or Secret does not exist).
+	// upgrade Job failed), "MissingReference" (a referenced ConfigMap or Secret does not exist) and, with
+	// zones, "ZonesAvailable" (False when a zone has no Ready node).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -335,6 +366,32 @@ type ZoneStatus struct {
 	// versions maps each version with a StatefulSet in the zone to whether it is running.
 	// +optional
 	Versions map[string]bool `json:"versions,omitempty"`
+
+	// readyNodes is the number of Ready nodes labelled with the zone (spec.az.nodeLabel). 0 is a zone
+	// outage: condition ZonesAvailable is False.
+	// +optional
+	ReadyNodes int32 `json:"readyNodes"`
+}
+
+// UpgradeJobStatus is the state of one upgrade Job.
+type UpgradeJobStatus struct {
+	// name is the Job's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// type is Pre or Post.
+	// +optional
+	Type string `json:"type,omitempty"`
+
+	// version is the version the Job belongs to.
+	// +optional
+	Version int32 `json:"version,omitempty"`
+
+	// state is Running, Complete or Failed (the Job's own conditions).
+	// +optional
+	State string `json:"state,omitempty"`
 }
 
 // ExtendedStatefulSet runs a StatefulSet with scaling limits (min, max, odd counts only), pod restarts
