@@ -91,7 +91,7 @@ e2e-kind: build $(KUBECTL) ## Run the e2e suites on a kind cluster instead (need
 
 # Records of `make bench` and `make chaos` (benchfmt JSON lines), turned into BENCHMARKS.md by e2e/cmd/benchreport.
 export BENCH_OUT ?= $(CACHE)/bench
-# CHAOS_SCALE multiplies the size of every chaos campaign: the tests' default (1) is the short campaign
+# CHAOS_SCALE multiplies the size of every chaos campaign: the tests' default (0.3) is the short campaign
 # `make test` runs; `make chaos` runs CHAOS_SCALE=5 (about 10 minutes). CHAOS_SEED replays a campaign.
 CHAOS_SCALE ?= 5
 FUZZTIME ?= 30s
@@ -112,7 +112,7 @@ chaos: tools images ## Randomized fault campaigns with the invariant checkers (C
 fuzz: ## Run every Go fuzz target for FUZZTIME each (their seed corpora run in `make test`).
 	for m in $(MODULES); do (cd $$m && for pkg in $$(go list ./...); do \
 	  for f in $$(go test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "fuzz: $$pkg $$f ($(FUZZTIME))"; go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	    echo "fuzz: $$pkg $$f ($(FUZZTIME))"; go test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s $$pkg || exit 1; \
 	  done; done) || exit 1; done
 
 ##@ Build

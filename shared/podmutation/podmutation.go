@@ -57,6 +57,11 @@ func Mutate(pod *corev1.Pod, ss *singletonv1.StatefulSingleton, cfg Config) *cor
 	out.Labels[singletonv1.LabelManaged] = "true"
 	out.Labels[singletonv1.LabelSingleton] = value
 	out.Annotations[singletonv1.AnnotationManaged] = "true"
+	// Only the operator releases a pod, by writing these on the existing pod. A new pod carrying them
+	// (a manifest copied from a released pod) would otherwise count as released and get its start grant
+	// at once, beside the running one.
+	delete(out.Annotations, singletonv1.AnnotationStartGranted)
+	delete(out.Annotations, singletonv1.AnnotationEpoch)
 
 	addReadinessGate(out)
 	addAntiAffinity(out, value)
@@ -66,8 +71,9 @@ func Mutate(pod *corev1.Pod, ss *singletonv1.StatefulSingleton, cfg Config) *cor
 	if mode == "" {
 		mode = singletonv1.HoldModeWrapper
 	}
-	// A pod admitted earlier keeps the hold it got (a re-run must not switch modes half-way).
-	if prev := singletonv1.HoldMode(out.Annotations[singletonv1.AnnotationHoldMode]); prev != "" {
+	// A pod admitted earlier keeps the hold it got (a re-run must not switch modes half-way). Any other
+	// value is not ours to keep: the operator would not recognise the hold.
+	if prev := singletonv1.HoldMode(out.Annotations[singletonv1.AnnotationHoldMode]); prev == singletonv1.HoldModeWrapper || prev == singletonv1.HoldModeSchedulingGate {
 		mode = prev
 	}
 	if mode == singletonv1.HoldModeWrapper {
@@ -165,6 +171,16 @@ func wrapperUnsupported(pod *corev1.Pod) string {
 	if len(pod.Spec.InitContainers) > 0 && !isWrapped(pod) {
 		return "the pod has init containers, which would run before the wrapper's hold; held with the scheduling gate instead"
 	}
+	if !isWrapped(pod) {
+		// addVolume keeps a volume the pod already has under one of our names: the pod's own volume
+		// would stand in for the signal or wrapper directory (one that already holds a start signal would
+		// start the app without a grant).
+		for _, v := range pod.Spec.Volumes {
+			if isHoldVolume(v.Name) {
+				return fmt.Sprintf("the pod already has a volume named %q, which the wrapper hold adds; held with the scheduling gate instead", v.Name)
+			}
+		}
+	}
 	for _, c := range pod.Spec.Containers {
 		if c.Name == singletonv1.SidecarContainerName {
 			continue
@@ -177,6 +193,12 @@ func wrapperUnsupported(pod *corev1.Pod) string {
 				if m.Name != singletonv1.WrapperVolumeName && m.Name != singletonv1.SignalVolumeName {
 					return fmt.Sprintf("container %q already mounts %s; held with the scheduling gate instead", c.Name, m.MountPath)
 				}
+			}
+			// addMount keeps a mount of our volume elsewhere, and the wrapper would not be where the
+			// container's new command points.
+			if (m.Name == singletonv1.WrapperVolumeName && m.MountPath != singletonv1.WrapperDir) ||
+				(m.Name == singletonv1.SignalVolumeName && m.MountPath != singletonv1.SignalDir) {
+				return fmt.Sprintf("container %q mounts volume %q at %s; held with the scheduling gate instead", c.Name, m.Name, m.MountPath)
 			}
 		}
 	}
@@ -326,6 +348,11 @@ func addMount(c *corev1.Container, m corev1.VolumeMount) {
 	if !slices.ContainsFunc(c.VolumeMounts, func(x corev1.VolumeMount) bool { return x.Name == m.Name }) {
 		c.VolumeMounts = append(c.VolumeMounts, m)
 	}
+}
+
+// isHoldVolume reports whether name is one of the volumes the wrapper hold adds.
+func isHoldVolume(name string) bool {
+	return name == singletonv1.SignalVolumeName || name == singletonv1.WrapperVolumeName || name == singletonv1.GrantTokenVolumeName
 }
 
 func addVolume(pod *corev1.Pod, v corev1.Volume) {

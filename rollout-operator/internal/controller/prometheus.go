@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
@@ -104,8 +105,34 @@ func NormalizeURL(raw string) (string, error) {
 }
 
 // Check evaluates q as an instant query at the current time. Any error, timeout, non-2xx answer or
-// unparsable response is VerdictError.
+// unparsable response is VerdictError. The message is valid UTF-8 of at most maxMessageBytes, whatever
+// the endpoint answers: it goes into the PhasedRollout's status and Events.
 func (PromChecker) Check(ctx context.Context, q Query) CheckResult {
+	res := check(ctx, q)
+	res.Message = boundMessage(res.Message)
+	return res
+}
+
+// maxMessageBytes bounds a check's message. Prometheus's error text and warnings, and the client's
+// decoding errors (which quote the body), are the endpoint's to choose: a CR may point at any URL.
+const maxMessageBytes = 4096
+
+// boundMessage makes msg valid UTF-8 (a decoding error may quote raw bytes of the body) and cuts it to
+// maxMessageBytes at a rune boundary.
+func boundMessage(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	if len(msg) <= maxMessageBytes {
+		return msg
+	}
+	const cut = " … (truncated)"
+	end := maxMessageBytes - len(cut)
+	for end > 0 && !utf8.RuneStart(msg[end]) {
+		end--
+	}
+	return msg[:end] + cut
+}
+
+func check(ctx context.Context, q Query) CheckResult {
 	address, err := NormalizeURL(q.URL)
 	if err != nil {
 		return CheckResult{Verdict: VerdictError, Message: err.Error()}
@@ -116,6 +143,9 @@ func (PromChecker) Check(ctx context.Context, q Query) CheckResult {
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: q.InsecureSkipVerify} //nolint:gosec // the user's explicit choice (check.query.insecureSkipVerify)
+	// The transport is this check's own, so its keep-alive connection would never be reused: close it
+	// rather than hold a socket per check for the idle timeout.
+	defer transport.CloseIdleConnections()
 	var rt http.RoundTripper = transport
 	switch {
 	case q.Token != "":

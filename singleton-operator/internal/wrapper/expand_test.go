@@ -17,6 +17,7 @@ func TestExpandFollowsTheKubeletRules(t *testing.T) {
 		"$$$(A)":     "$1",
 		"$(MISSING)": "$(MISSING)",
 		"$(A":        "$(A",
+		"$(A$$":      "$(A$",
 		"$()":        "$()",
 		"$A":         "$A",
 		"$":          "$",

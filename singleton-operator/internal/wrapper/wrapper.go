@@ -52,9 +52,12 @@ func Main() {
 	if err != nil {
 		fail("%v", err)
 	}
+	lookup := appLookup(os.LookupEnv)
 	for i := range argv {
-		argv[i] = Expand(argv[i], os.LookupEnv)
+		argv[i] = Expand(argv[i], lookup)
 	}
+	// The app would not have had this variable unwrapped (the webhook put it there for us).
+	_ = os.Unsetenv(singletonv1.EnvOriginalEntrypoint)
 	path, err := lookPath(argv[0])
 	if err != nil {
 		fail("%v", err)
@@ -70,6 +73,18 @@ func Main() {
 	// exec: the app replaces the wrapper as the container's process.
 	err = syscall.Exec(path, argv, os.Environ())
 	fail("executing %s: %v", path, err)
+}
+
+// appLookup is the environment the app's argv is expanded with: the container's, without the
+// wrapper's own ORIGINAL_ENTRYPOINT, so "$(ORIGINAL_ENTRYPOINT)" in the app's argv stays literal as it
+// would unwrapped.
+func appLookup(lookup func(string) (string, bool)) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		if k == singletonv1.EnvOriginalEntrypoint {
+			return "", false
+		}
+		return lookup(k)
+	}
 }
 
 func fail(format string, args ...any) {
@@ -141,8 +156,11 @@ func Expand(s string, lookup func(string) (string, bool)) string {
 		case '(':
 			end := strings.IndexByte(s[i+2:], ')')
 			if end < 0 {
-				b.WriteString(s[i:])
-				return b.String()
+				// An unclosed reference is kept and the scan goes on after the "(" (the kubelet's rule:
+				// a later "$$" is still unescaped).
+				b.WriteString("$(")
+				i++
+				continue
 			}
 			ref := s[i : i+3+end]
 			if v, ok := lookup(s[i+2 : i+2+end]); ok && end > 0 {
