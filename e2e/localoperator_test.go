@@ -64,7 +64,7 @@ func scaleInClusterOperator(t *testing.T, name string, replicas int) {
 	require.NoError(t, err)
 	if replicas == 0 {
 		require.Eventually(t, func() bool {
-			pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + name})
+			pods, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + name + ",control-plane=controller-manager"})
 			return err == nil && len(pods.Items) == 0
 		}, 2*time.Minute, 100*time.Millisecond, "the in-cluster %s pod is gone", name)
 	}

@@ -26,6 +26,8 @@ func main() {
 		Short:            "Runs PhasedRollout: StatefulSet updates one pod at a time, gated by Prometheus checks.",
 		LeaderElectionID: "304add93.sts.plus",
 		Schemes:          []func(*runtime.Scheme) error{rolloutv1alpha1.AddToScheme},
+		// Only StatefulSets' pods in the cache, stripped to what wakes the controller (controller/cache.go).
+		Cache: controller.CacheOptions,
 		Flags: func(fs *pflag.FlagSet) {
 			fs.StringVar(&opts.SecretReaderClusterRole, "secret-reader-cluster-role", controller.DefaultSecretReaderClusterRole,
 				"ClusterRole granting get on Secrets that the operator binds in the namespaces whose PhasedRollouts name a credentials Secret")

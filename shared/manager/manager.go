@@ -46,7 +46,8 @@ type Options struct {
 	Flags func(fs *pflag.FlagSet)
 	// Cache, when set, adjusts the manager's cache options before the manager is created, e.g. to cache
 	// only the pods carrying a label (cache.Options.ByObject). Nil keeps controller-runtime's defaults:
-	// every object of a watched kind, cluster-wide.
+	// every object of a watched kind, cluster-wide. Either way, unless the hook sets DefaultTransform,
+	// cached objects are stored without their managedFields (cache.TransformStripManagedFields).
 	Cache func(*cache.Options)
 	// Setup registers the binary's controllers and webhooks with the manager before it starts. The
 	// webhook server starts when Setup (or a runnable it adds, e.g. once a certificate exists) first calls
@@ -178,6 +179,11 @@ func run(ctx context.Context, opts Options, f *flags) error {
 	}
 	if opts.Cache != nil {
 		opts.Cache(&mgrOpts.Cache)
+	}
+	if mgrOpts.Cache.DefaultTransform == nil {
+		// No binary reads managedFields from its cache, and they are a fifth or more of a cached object's
+		// size (2-4 KB per pod). Writes lose nothing: an update without managedFields keeps the server's.
+		mgrOpts.Cache.DefaultTransform = cache.TransformStripManagedFields()
 	}
 	var webhookServer webhook.Server
 	if opts.Webhooks {

@@ -83,6 +83,18 @@ func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
 
 	clientset, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
+	// Cached objects come without managedFields (the default transform), while the API server keeps them.
+	created, err := clientset.CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "cached"}, Data: map[string]string{"k": "v"},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, created.ManagedFields)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		cached := &corev1.ConfigMap{}
+		require.NoError(c, mgr.GetCache().Get(t.Context(), client.ObjectKeyFromObject(created), cached))
+		assert.Equal(c, "v", cached.Data["k"])
+		assert.Empty(c, cached.ManagedFields, "managedFields are stripped from the cache")
+	}, 30*time.Second, 100*time.Millisecond)
 	var lease *coordinationv1.Lease
 	require.Eventually(t, func() bool {
 		lease, err = clientset.CoordinationV1().Leases("default").Get(t.Context(), "test-operator.statefulops.dev", metav1.GetOptions{})

@@ -81,7 +81,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 //
 // Pods, claims, revisions and nodes live in a cache of their own: claims and revisions only when they
 // carry the operator's label, nodes stripped to readiness and taints, everything without managedFields.
-// Pods are cached whole in every namespace, since orphans that match a selector are adopted.
+// Pods are cached in every namespace (orphans that match a selector are adopted), other controllers'
+// pods slim (cache.go).
 func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	registerMetrics()
 	ours, err := labels.NewRequirement(clusterv1alpha1.ClusterNameLabel, selection.Exists, nil)
@@ -92,7 +93,7 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Scheme: mgr.GetScheme(),
 		Mapper: mgr.GetRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                   {},
+			&corev1.Pod{}:                   podCache(), // other controllers' pods slim (cache.go)
 			&corev1.PersistentVolumeClaim{}: {Label: labels.NewSelector().Add(*ours)},
 			&appsv1.ControllerRevision{}:    {Label: labels.NewSelector().Add(*ours)},
 			&corev1.Node{}:                  {Transform: slimNode},
@@ -143,6 +144,7 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 
 // Reconcile makes the pods of one StatefulCluster match its spec and writes its status.
 func (r *Reconciler) Reconcile(ctx context.Context, sc *clusterv1alpha1.StatefulCluster) (reconcile.Result, error) {
+	sc = r.mem.latest(sc)
 	if !sc.DeletionTimestamp.IsZero() {
 		// Pods (and, with whenDeleted=Delete, claims) are owned by the StatefulCluster: the garbage
 		// collector removes them. Nothing is created any more.

@@ -192,9 +192,11 @@ func (w *work) patchStatus(ctx context.Context, force bool) error {
 	if !force && equality.Semantic.DeepEqual(w.sc.Status, w.orig.Status) {
 		return nil
 	}
+	replaced := w.sc.ResourceVersion
 	if err := w.r.Client.Status().Patch(ctx, w.sc, client.MergeFromWithOptions(w.orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("writing the status: %w", err)
 	}
+	w.r.mem.wrote(w.key, replaced, w.sc)
 	w.orig = w.sc.DeepCopy()
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -207,7 +208,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	pr.Status.ObservedGeneration = pr.Generation
 	setConditions(pr)
-	if serr := r.Client.Status().Patch(ctx, pr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); serr != nil {
+	if equality.Semantic.DeepEqual(orig.Status, pr.Status) {
+		// Nothing to write: an idle rollout makes no API writes at rest.
+	} else if serr := r.Client.Status().Patch(ctx, pr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); serr != nil {
 		if err == nil {
 			err = fmt.Errorf("writing the status: %w", serr)
 		}
@@ -364,9 +367,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 		}
 		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
 	default:
-		// Idle: every pod is on the current revision; hold the partition at replicas.
-		if err := r.applyPartition(ctx, pr, sts, replicas, true); err != nil {
-			return reconcile.Result{}, err
+		// Idle: every pod is on the current revision; hold the partition at replicas (written only when
+		// it is not held yet, so an idle rollout makes no API writes at rest).
+		if !partitionHeld(sts, pr, replicas) {
+			if err := r.applyPartition(ctx, pr, sts, replicas, true); err != nil {
+				return reconcile.Result{}, err
+			}
 		}
 		// Failed stays visible until a retry or a new revision; Updated until a new revision.
 		if pr.Status.Phase != rolloutv1alpha1.PhaseFailed && (pr.Status.Phase != rolloutv1alpha1.PhaseUpdated || pr.Status.UpdateRevision != target) {
@@ -444,6 +450,12 @@ func available(p *corev1.Pod, minReady time.Duration, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// partitionHeld reports whether the StatefulSet already has the partition and names pr as its manager.
+func partitionHeld(sts *appsv1.StatefulSet, pr *rolloutv1alpha1.PhasedRollout, partition int32) bool {
+	ru := sts.Spec.UpdateStrategy.RollingUpdate
+	return ru != nil && ru.Partition != nil && *ru.Partition == partition && sts.Annotations[rolloutv1alpha1.ManagedByAnnotation] == pr.Name
 }
 
 // applyPartition server-side applies the partition (and the managed-by annotation when annotate)

@@ -85,7 +85,7 @@ func startOperatorWith(t *testing.T, c *rest.Config, checker Checker) (stop func
 	t.Helper()
 	return suite.StartManagerAs(t, c, func(ctx context.Context, mgr ctrl.Manager) error {
 		return SetupWithOptions(ctx, mgr, Options{Checker: checker})
-	})
+	}, func(o *ctrl.Options) { CacheOptions(&o.Cache) }) // as main.go does
 }
 
 // fixture is a namespace with a StatefulSet "web" whose pods the test creates.

@@ -214,6 +214,7 @@ type view struct {
 
 // Reconcile applies the safety rules of the package documentation to one StatefulSingleton.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ctx = context.WithValue(ctx, handoverTimingKey{}, &handoverTiming{began: r.Clock.Now()})
 	ss := &singletonv1.StatefulSingleton{}
 	if err := r.Cache.Get(ctx, req.NamespacedName, ss); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -413,32 +414,51 @@ func (r *Reconciler) transition(ctx context.Context, ss *singletonv1.StatefulSin
 		}
 	}
 
-	// Confirm with the API server, not the cache, that nothing else may run.
-	live, err := r.observe(ctx, ss, true)
-	if err != nil {
-		return reconcile.Result{}, err
+	// Confirm with the API server, not the cache, that nothing else may run, and meanwhile reserve the
+	// next epoch in status (optimistic lock) before any pod carries it. The reservation does not depend
+	// on the list's answer: an epoch reserved for a release the list then refuses is skipped, never
+	// reused. So the two round trips overlap instead of adding up on the handover's critical path.
+	epoch := status.Epoch + 1 // status.Epoch is already at least the epoch of every cached pod
+	timing, _ := ctx.Value(handoverTimingKey{}).(*handoverTiming)
+	type listed struct {
+		view *view
+		err  error
+		took time.Duration
 	}
-	if len(live.blocking) > 0 || live.candidate == nil || live.candidate.UID != v.candidate.UID {
-		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind; look again
-	}
-	return reconcile.Result{}, r.release(ctx, ss, status, live.candidate, live.pods)
-}
-
-// release reserves the next epoch in status, then releases the pod in one patch under an optimistic
-// lock. If the pod patch fails the epoch is skipped, never reused.
-func (r *Reconciler) release(ctx context.Context, ss *singletonv1.StatefulSingleton, status *singletonv1.StatefulSingletonStatus, pod *corev1.Pod, others []*corev1.Pod) error {
-	epoch := status.Epoch
-	for _, p := range others {
-		epoch = max(epoch, podEpoch(p))
-	}
-	epoch++
+	done := make(chan listed, 1)
+	go func() {
+		start := r.Clock.Now()
+		lv, err := r.observe(ctx, ss, true)
+		done <- listed{lv, err, r.Clock.Now().Sub(start)}
+	}()
+	reserveStart := r.Clock.Now()
 	reserve := ss.DeepCopy()
 	reserve.Status.Epoch = epoch
-	if err := r.Client.Status().Update(ctx, reserve); err != nil {
-		return ignoreConflict(err) // nothing was released; the newer StatefulSingleton's event reconciles again
+	reserveErr := r.Client.Status().Update(ctx, reserve)
+	reserveTook := r.Clock.Now().Sub(reserveStart)
+	l := <-done
+	if reserveErr != nil {
+		return reconcile.Result{}, ignoreConflict(reserveErr) // nothing was released; the newer StatefulSingleton's event reconciles again
 	}
 	ss.ResourceVersion = reserve.ResourceVersion
+	status.Epoch = epoch // the status written at the end of this reconcile keeps the reservation
+	if l.err != nil {
+		return reconcile.Result{}, l.err
+	}
+	live := l.view
+	if len(live.blocking) > 0 || live.candidate == nil || live.candidate.UID != v.candidate.UID ||
+		slices.ContainsFunc(live.pods, func(p *corev1.Pod) bool { return podEpoch(p) >= epoch }) {
+		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind; look again (the epoch is skipped)
+	}
+	if timing != nil {
+		timing.list, timing.reserve = l.took, reserveTook
+	}
+	return reconcile.Result{}, r.release(ctx, ss, status, live.candidate, epoch)
+}
 
+// release releases the pod with the epoch reserved in status, in one patch. If the patch fails the
+// epoch is skipped, never reused.
+func (r *Reconciler) release(ctx context.Context, ss *singletonv1.StatefulSingleton, status *singletonv1.StatefulSingletonStatus, pod *corev1.Pod, epoch int64) error {
 	// A gated pod is patched under an optimistic lock (its gate list is rewritten, and nothing else
 	// writes it while it is gated). A Wrapper pod runs: its kubelet updates its status all the time, so
 	// a resourceVersion lock would fail most releases and cost a retry with a fresh epoch each; the patch
@@ -464,6 +484,7 @@ func (r *Reconciler) release(ctx context.Context, ss *singletonv1.StatefulSingle
 		}
 		patch = client.RawPatch(types.MergePatchType, raw)
 	}
+	patchStart := r.Clock.Now()
 	if err := r.Client.Patch(ctx, released, patch); err != nil {
 		status.Epoch = epoch
 		return err
@@ -479,7 +500,17 @@ func (r *Reconciler) release(ctx context.Context, ss *singletonv1.StatefulSingle
 		handoverSeconds.Observe(sinceGone.Seconds())
 		status.LastTransitionDuration = &metav1.Duration{Duration: sinceGone}
 	}
-	logf.FromContext(ctx).Info("Released pod", "pod", pod.Name, "epoch", epoch, "sinceOldPodGone", sinceGone.String())
+	// Where the handover's time went: queued (old pod gone → this reconcile began), the live list and
+	// the epoch reservation (concurrent), the release patch.
+	queued, list, reserveTook := time.Duration(-1), time.Duration(-1), time.Duration(-1)
+	if timing, ok := ctx.Value(handoverTimingKey{}).(*handoverTiming); ok {
+		list, reserveTook = timing.list, timing.reserve
+		if sinceGone >= 0 {
+			queued = timing.began.Sub(gone)
+		}
+	}
+	logf.FromContext(ctx).Info("Released pod", "pod", pod.Name, "epoch", epoch, "sinceOldPodGone", sinceGone.String(),
+		"queued", queued.String(), "liveList", list.String(), "reserveEpoch", reserveTook.String(), "releasePatch", now.Sub(patchStart).String())
 	status.Epoch = epoch
 	status.ActivePod, status.ActivePodUID, status.ActivePodNode = pod.Name, string(pod.UID), pod.Spec.NodeName
 	status.Phase = singletonv1.PhaseRunning
@@ -761,3 +792,13 @@ func podNames(pods []*corev1.Pod) string {
 	}
 	return strings.Join(names, ", ")
 }
+
+// handoverTiming is where a reconcile that releases a pod spent its time, for the release's log line:
+// when it began, and how long its live list and its epoch reservation (run concurrently) took.
+type handoverTiming struct {
+	began         time.Time
+	list, reserve time.Duration
+}
+
+// handoverTimingKey carries a reconcile's *handoverTiming in its context.
+type handoverTimingKey struct{}
