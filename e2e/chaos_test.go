@@ -35,8 +35,8 @@ import (
 // CHAOS_SEED replays a run (every random choice comes from a math/rand source derived from it and the
 // campaign's name; the interleaving with the cluster is of course not replayed); unset, the seed is
 // the time and is printed before anything else. CHAOS_SCALE multiplies every campaign's size; unset,
-// it is 0.3, the short campaign `make test` runs (about 3 minutes for all five together, each with
-// every kind of fault at least once); `make chaos` uses 5.
+// it is 0.3, the short campaign `make test` runs (a few operations per operator under most fault
+// kinds, about 3.5 minutes for all five together); `make chaos` uses 5.
 
 // chaosSeedOnce picks the run's seed once and prints it first, so a failure can be replayed.
 var chaosSeedOnce = sync.OnceValue(func() int64 {
