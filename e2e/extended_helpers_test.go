@@ -171,7 +171,10 @@ func waitRolled(t *testing.T, ns, name string) {
 // their own: nothing in statefulops force-deletes pods, but kwok's pod-delete stage deletes by name
 // without a UID precondition and sometimes runs twice for one terminating pod, removing the StatefulSet
 // controller's brand-new replacement (same name) within ~100 ms (kwok-controller.log shows both
-// "Delete pod" lines). The StatefulSet controller then creates the pod again.
+// "Delete pod" lines). The StatefulSet controller then creates the pod again. That second delete can
+// also come as a graceful one (a deletionTimestamp first), so a pod deleted within
+// simulatorDeleteWindow of its creation counts as the simulator's too: nothing in statefulops deletes
+// a pod that young (a canary is restarted only after canaryWatchTime).
 type restartChecker struct {
 	mu        sync.Mutex
 	hashes    map[string]string
@@ -182,13 +185,18 @@ type restartChecker struct {
 	stopping  map[string]bool            // UIDs of pods seen with a deletionTimestamp (graceful deletion)
 	forced    map[string]map[string]bool // StatefulSet → UIDs of pods force-deleted (by the simulator)
 	podLog    map[string][]string        // StatefulSet → "name uid revision" of each pod, in order seen
+	firstSeen map[string]time.Time       // UID → when the watch first saw the pod
 	stop      func()
 }
+
+// simulatorDeleteWindow is the age under which a deleted pod counts as removed by kwok's duplicate
+// pod-delete (observed within ~100 ms of the replacement's creation).
+const simulatorDeleteWindow = 500 * time.Millisecond
 
 func watchRestarts(t *testing.T, ns string) *restartChecker {
 	t.Helper()
 	rc := &restartChecker{hashes: map[string]string{}, rolls: map[string]int{}, rollTimes: map[string][]time.Time{}, podUIDs: map[string]map[string]bool{}, ran: map[string]map[string]bool{},
-		stopping: map[string]bool{}, forced: map[string]map[string]bool{}, podLog: map[string][]string{}}
+		stopping: map[string]bool{}, forced: map[string]map[string]bool{}, podLog: map[string][]string{}, firstSeen: map[string]time.Time{}}
 	stsW, err := client.AppsV1().StatefulSets(ns).Watch(t.Context(), metav1.ListOptions{})
 	require.NoError(t, err)
 	podW, err := client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
@@ -231,10 +239,13 @@ func watchRestarts(t *testing.T, ns string) *restartChecker {
 			}
 			rc.podUIDs[ref.Name][string(pod.UID)] = true
 			uid := string(pod.UID)
+			if _, seen := rc.firstSeen[uid]; !seen {
+				rc.firstSeen[uid] = time.Now()
+			}
 			if ev.Type != watch.Deleted && pod.DeletionTimestamp != nil {
 				rc.stopping[uid] = true
 			}
-			if ev.Type == watch.Deleted && !rc.stopping[uid] {
+			if ev.Type == watch.Deleted && (!rc.stopping[uid] || time.Since(rc.firstSeen[uid]) < simulatorDeleteWindow) {
 				if rc.forced[ref.Name] == nil {
 					rc.forced[ref.Name] = map[string]bool{}
 				}
