@@ -47,7 +47,13 @@ func installManifestOnce(name string) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", name+".yaml")}, false)
+		// Steered to the real node as installOnce does: whichever test installs first, the in-cluster
+		// operator a test scales back up afterwards must run for real, not as a kwok pretend pod.
+		onRealNode, err := realNodeReady(ctx)
+		if err != nil {
+			return err
+		}
+		return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", name+".yaml")}, onRealNode)
 	}))
 	return once.(func() error)()
 }
