@@ -78,7 +78,7 @@ test-integration: kube-bin host-deps ## Run the integration tests against a real
 
 .PHONY: test-e2e
 test-e2e: tools images ## Run the e2e tests on the local cluster (real control plane + kwok nodes).
-	cd e2e && go test -count=1 -tags e2e -timeout 40m -v ./... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+	cd e2e && go test -count=1 -tags e2e -timeout 50m -v ./... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
 
 .PHONY: e2e-kind
 e2e-kind: build $(KUBECTL) ## Run the e2e suites on a kind cluster instead (needs Docker, so not on CI); deletes it after.
