@@ -156,12 +156,18 @@ type resOperator struct {
 	pid          int
 	metricsPort  int
 	ns           string
+	writesNote   string // appended to the note of its writes-at-rest figure
 }
 
 // resProcess returns the PID and metrics port of the local operator startLocalOperator started.
 func resProcess(t *testing.T, name string) (pid, metricsPort int) {
 	t.Helper()
-	stateDir := filepath.Join(filepath.Dir(kubeconfig), strings.TrimSuffix(name, "-operator")+"-e2e")
+	return resProcessIn(t, filepath.Join(filepath.Dir(kubeconfig), strings.TrimSuffix(name, "-operator")+"-e2e"), name)
+}
+
+// resProcessIn returns the PID and metrics port of the local process name started from stateDir.
+func resProcessIn(t *testing.T, stateDir, name string) (pid, metricsPort int) {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(operators.Dir(stateDir), name+".pid"))
 	require.NoError(t, err)
 	pid, err = strconv.Atoi(strings.TrimSpace(string(raw)))
@@ -648,7 +654,7 @@ func resRecordWrites(t *testing.T, ops []*resOperator, windows []resWindowWrites
 				"Events in the same windows minus the operators' own non-Lease writes, i.e. kube-controller-manager's writes "+
 				"for the run's %d StatefulSets, scaled to 100 (user agents are not in apiserver_request_total). Load: %s.",
 				resWindows, resWindow, lease*60/seconds, map[bool]string{true: " and the Leases of its locks", false: ""}[o.family == "lease"],
-				windows[0].statefulSs, resLoad()),
+				windows[0].statefulSs, resLoad()) + o.writesNote,
 		})
 	}
 }
@@ -880,12 +886,14 @@ func resCreateUnrelated(t *testing.T, c kubernetes.Interface, own, crNS []string
 	return counts
 }
 
-// resDeleteUnrelated deletes the unrelated objects and waits until they are gone.
+// resDeleteUnrelated deletes the unrelated objects and waits until they are gone. The namespaces of
+// their own are left to newNamespace's cleanup, which deletes them (deleting them here too made that
+// cleanup fail on NotFound).
 func resDeleteUnrelated(t *testing.T, own, crNS []string) {
 	ctx := context.WithoutCancel(t.Context())
 	sel := metav1.ListOptions{LabelSelector: resLabel + "=" + resLabelValue}
 	// One DeleteCollection per namespace and kind (the API server deletes server-side, much faster than
-	// the namespace controller's deletions), then the namespaces of their own.
+	// the namespace controller's deletions).
 	for _, ns := range slices.Concat(own, crNS) {
 		// On a loaded machine a DeleteCollection can outlast the request timeout while the API server goes
 		// on deleting: the wait below, which fails the test, is what counts.
@@ -900,19 +908,20 @@ func resDeleteUnrelated(t *testing.T, own, crNS []string) {
 		}
 		_ = client.CoreV1().ConfigMaps(ns).Delete(ctx, "bench-unrelated-owner", metav1.DeleteOptions{})
 	}
-	for _, ns := range own {
-		_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-	}
 	start := time.Now()
 	defer func() { t.Logf("unrelated objects deleted in %s", time.Since(start).Round(time.Second)) }()
+	one := metav1.ListOptions{LabelSelector: sel.LabelSelector, Limit: 1}
 	assert.Eventually(t, func() bool {
-		for _, ns := range own {
-			if _, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return false
-			}
+		pods, err := client.CoreV1().Pods("").List(ctx, one)
+		if err != nil || len(pods.Items) > 0 {
+			return false
 		}
-		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: sel.LabelSelector, Limit: 1})
-		return err == nil && len(pods.Items) == 0
+		cms, err := client.CoreV1().ConfigMaps("").List(ctx, one)
+		if err != nil || len(cms.Items) > 0 {
+			return false
+		}
+		secrets, err := client.CoreV1().Secrets("").List(ctx, one)
+		return err == nil && len(secrets.Items) == 0
 	}, 5*time.Minute, time.Second, "the unrelated objects are gone")
 }
 

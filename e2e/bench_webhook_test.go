@@ -77,7 +77,7 @@ func TestBenchWebhookAdmission(t *testing.T) {
 	where := "kwok"
 	note := fmt.Sprintf("webhook-server as a local process on this host (https://127.0.0.1:%d, the in-cluster Deployment parked); the MutatingWebhookConfiguration of deploy/singleton-operator.yaml pointed at it", port)
 	recordFigure(t, benchfmt.Figure{
-		Operator: "webhook", Name: "pod admission, API server's webhook duration (50 concurrent creations)", Unit: "ms", Where: where,
+		Operator: "webhook-server", Name: "pod admission, API server's webhook duration (50 concurrent creations)", Unit: "ms", Where: where,
 		Samples: apiServer,
 		Targets: []benchfmt.Target{benchfmt.AtMost("p99", 10)},
 		Note: fmt.Sprintf("apiserver_admission_webhook_admission_duration_seconds{name=%q} of kube-apiserver /metrics, the increase over %d rounds of %d "+
@@ -88,7 +88,7 @@ func TestBenchWebhookAdmission(t *testing.T) {
 			"50 concurrent creations. %s", benchWebhookName, benchWebhookRounds, benchWebhookConcurrency, note),
 	})
 	recordFigure(t, benchfmt.Figure{
-		Operator: "webhook", Name: "pod create latency, client-observed (50 concurrent creations)", Unit: "ms", Where: where,
+		Operator: "webhook-server", Name: "pod create latency, client-observed (50 concurrent creations)", Unit: "ms", Where: where,
 		Samples: withWebhook, Baseline: "the same pods created in a namespace the webhook does not cover", BaselineSamples: without,
 		Note: fmt.Sprintf("each sample is one Create call's round trip (client without rate limit), %d rounds of %d concurrent creations per namespace, "+
 			"rounds alternating between the namespaces after one unrecorded warm-up round each; pods are deleted between rounds. %s", benchWebhookRounds, benchWebhookConcurrency, note),

@@ -82,6 +82,8 @@ func newNamespaceCaches(mgr ctrl.Manager) *namespaceCaches {
 				Scheme:            mgr.GetScheme(),
 				Mapper:            mgr.GetRESTMapper(),
 				DefaultNamespaces: map[string]cache.Config{namespace: {}},
+				// Not the manager's cache: its default transform (strip managedFields) does not apply here.
+				DefaultTransform: cache.TransformStripManagedFields(),
 				ByObject: map[client.Object]cache.ByObject{
 					&corev1.Pod{}: {Label: unmanagedPodSelector()},
 				},
