@@ -93,12 +93,7 @@ func TestBenchResources(t *testing.T) {
 	}
 	t.Logf("%d CRs per operator settled after %s", resCRs, time.Since(start).Round(time.Second))
 
-	// A minute at rest, in windows; RSS sampled along the way (the memory baseline).
-	leases := resWatchLeases(t, ops)
-	resWaitQuiet(t)
-	rssQuiet := resSampleRSSDuring(t, ops, resWindows*resWindow, resWindow/2)
-	windows := resMeasureWrites(t, ops, token, leases)
-	rssEmpty := <-rssQuiet
+	windows, rssEmpty := resMinuteAtRest(t, ops, token)
 
 	// The unrelated objects: half in namespaces of their own, half in the operators' own namespaces,
 	// beside their CRs.
@@ -476,6 +471,17 @@ type resBoundary struct {
 	clients map[string]float64 // operator -> its client-side write requests
 	scraped map[string]time.Time
 	reviews map[string]float64 // operator -> reviews its metrics endpoint made for this scrape
+}
+
+// resMinuteAtRest waits for the API server to go quiet, then measures the operators' API writes in
+// windows over a minute while sampling their RSS (the memory baseline, before any unrelated object).
+func resMinuteAtRest(t *testing.T, ops []*resOperator, token string) ([]resWindowWrites, map[string][]float64) {
+	t.Helper()
+	leases := resWatchLeases(t, ops)
+	resWaitQuiet(t)
+	rssQuiet := resSampleRSSDuring(t, ops, resWindows*resWindow, resWindow/2)
+	windows := resMeasureWrites(t, ops, token, leases)
+	return windows, <-rssQuiet
 }
 
 // resWindowWrites are the writes of one window.

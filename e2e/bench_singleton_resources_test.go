@@ -70,12 +70,7 @@ func TestBenchResourcesSingleton(t *testing.T) {
 	resWaitSingletonsSettled(t, ns)
 	t.Logf("%d StatefulSingletons settled after %s", resCRs, time.Since(start).Round(time.Second))
 
-	// A minute at rest, in windows; RSS sampled along the way (the memory baseline).
-	leases := resWatchLeases(t, ops)
-	resWaitQuiet(t)
-	rssQuiet := resSampleRSSDuring(t, ops, resWindows*resWindow, resWindow/2)
-	windows := resMeasureWrites(t, ops, token, leases)
-	rssEmpty := <-rssQuiet
+	windows, rssEmpty := resMinuteAtRest(t, ops, token)
 
 	// The unrelated objects: half in namespaces of their own, half beside the StatefulSingletons.
 	unrelatedNS := []string{newNamespace(t), newNamespace(t)}
