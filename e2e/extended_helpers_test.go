@@ -186,6 +186,7 @@ type restartChecker struct {
 	forced    map[string]map[string]bool // StatefulSet → UIDs of pods force-deleted (by the simulator)
 	podLog    map[string][]string        // StatefulSet → "name uid revision" of each pod, in order seen
 	firstSeen map[string]time.Time       // UID → when the watch first saw the pod
+	podName   map[string]string          // UID → pod name
 	stop      func()
 }
 
@@ -196,7 +197,8 @@ const simulatorDeleteWindow = 500 * time.Millisecond
 func watchRestarts(t *testing.T, ns string) *restartChecker {
 	t.Helper()
 	rc := &restartChecker{hashes: map[string]string{}, rolls: map[string]int{}, rollTimes: map[string][]time.Time{}, podUIDs: map[string]map[string]bool{}, ran: map[string]map[string]bool{},
-		stopping: map[string]bool{}, forced: map[string]map[string]bool{}, podLog: map[string][]string{}, firstSeen: map[string]time.Time{}}
+		stopping: map[string]bool{}, forced: map[string]map[string]bool{}, podLog: map[string][]string{}, firstSeen: map[string]time.Time{},
+		podName: map[string]string{}}
 	stsW, err := client.AppsV1().StatefulSets(ns).Watch(t.Context(), metav1.ListOptions{})
 	require.NoError(t, err)
 	podW, err := client.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
@@ -239,6 +241,7 @@ func watchRestarts(t *testing.T, ns string) *restartChecker {
 			}
 			rc.podUIDs[ref.Name][string(pod.UID)] = true
 			uid := string(pod.UID)
+			rc.podName[uid] = pod.Name
 			if _, seen := rc.firstSeen[uid]; !seen {
 				rc.firstSeen[uid] = time.Now()
 			}
@@ -285,6 +288,25 @@ func (rc *restartChecker) rollTime(sts string, n int) time.Time {
 		return time.Time{}
 	}
 	return rc.rollTimes[sts][n-1]
+}
+
+// reran counts the re-creations of the named pods of the StatefulSet: per name, the pods that ran
+// (force-deleted ones left out) beyond the first. A test that deletes or scales away these pods itself
+// passes the figure to spurious as planned, so only a restart of another pod still counts.
+func (rc *restartChecker) reran(sts string, names ...string) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	perName := map[string]int{}
+	for uid := range rc.ran[sts] {
+		if !rc.forced[sts][uid] {
+			perName[rc.podName[uid]]++
+		}
+	}
+	n := 0
+	for _, name := range names {
+		n += max(perName[name]-1, 0)
+	}
+	return n
 }
 
 // spurious returns the spurious restarts of the StatefulSet (replicas pods) given the data changes the
