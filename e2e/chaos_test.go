@@ -118,9 +118,9 @@ func (c *campaign) timeUp() bool {
 // parallelRounds runs about total operations as rounds of parallel subtests, each with a namespace
 // of its own: run does n operations with its own random source and returns the violations its
 // checkers counted. The API server restarts between two rounds (the checkers' watches end with it,
-// so each round attaches new ones); CHAOS_SCALE adds parallel namespaces (up to 8) and rounds.
+// so each round attaches new ones); CHAOS_SCALE adds parallel namespaces (up to 12) and rounds.
 func (c *campaign) parallelRounds(t *testing.T, total int, name string, run func(t *testing.T, c *campaign, rng *rand.Rand, n int) int) int {
-	parallel := min(8, 1+int(c.run.Scale+4)/5)
+	parallel := min(12, 1+int(c.run.Scale+4)/5)
 	rounds := 1 + c.apiRestarts()
 	per := max(1, total/(parallel*rounds))
 	var mu sync.Mutex
@@ -300,17 +300,27 @@ func restoreErr(err, restore error) error {
 func (c *campaign) forceDeletePod(ns, selector string, deleted func(*corev1.Pod)) func(ctx context.Context, rng *rand.Rand) error {
 	return func(ctx context.Context, rng *rand.Rand) error {
 		pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil || len(pods.Items) == 0 {
-			return nil // the API may be away (another fault); try again next time
+		// The API may be away (another fault) or no pod there yet: try again next time, but say so, so
+		// that a fault that never fires shows in the log.
+		if err != nil {
+			c.t.Logf("chaos: pod-force-delete: listing pods (selector %q, namespace %q): %v", selector, ns, err)
+			return nil
+		}
+		if len(pods.Items) == 0 {
+			c.t.Logf("chaos: pod-force-delete: no pod matches selector %q in namespace %q", selector, ns)
+			return nil
 		}
 		pod := pods.Items[rng.Intn(len(pods.Items))]
-		err = client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0),
+		// The pod's own namespace: ns may be all namespaces.
+		err = client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0),
 			Preconditions: &metav1.Preconditions{UID: &pod.UID}})
-		if err == nil {
-			c.fault("pod-force-delete", "pod %s/%s force-deleted", pod.Namespace, pod.Name)
-			if deleted != nil {
-				deleted(&pod)
-			}
+		if err != nil {
+			c.t.Logf("chaos: pod-force-delete: %s/%s: %v", pod.Namespace, pod.Name, err)
+			return nil
+		}
+		c.fault("pod-force-delete", "pod %s/%s force-deleted", pod.Namespace, pod.Name)
+		if deleted != nil {
+			deleted(&pod)
 		}
 		return nil
 	}

@@ -103,6 +103,9 @@ func run(m *testing.M) int {
 	fmt.Fprintln(os.Stderr, realNodeSummary)
 
 	if restConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err == nil {
+		// client-go's default (5 requests/s, bursts of 10) throttled the chaos drivers and checkers of
+		// 8 namespaces at once; the tests' requests are few and small otherwise.
+		restConfig.QPS, restConfig.Burst = 50, 100
 		client, err = kubernetes.NewForConfig(restConfig)
 	}
 	if err != nil {

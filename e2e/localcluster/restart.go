@@ -155,5 +155,8 @@ func (p *componentProcess) start(clusterDir string) error {
 		_ = cmd.Process.Kill()
 		return err
 	}
-	return cmd.Process.Release()
+	// Reap it when it exits (the next restart kills it), so that no zombie is left per restart in
+	// the test process; it still outlives the test process (Setsid), as kwokctl's own do.
+	go func() { _ = cmd.Wait() }()
+	return nil
 }
