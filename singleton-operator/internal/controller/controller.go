@@ -82,8 +82,9 @@ type Reconciler struct {
 	Cache client.Reader
 	// APIReader lists pods from the API server right before a release.
 	APIReader client.Reader
-	// scopes caches, per namespace holding a StatefulSingleton, the pods Cache leaves out (no managed
-	// label) and the ReplicaSets and StatefulSets that rank pods (scope.go).
+	// scopes caches, per StatefulSingleton selector, the pods of that selector Cache leaves out (no
+	// managed label), and per namespace holding a StatefulSingleton the ReplicaSets and StatefulSets
+	// that rank pods (scope.go).
 	scopes *namespaceCaches
 	// Recorder records events.k8s.io Events.
 	Recorder events.EventRecorder
@@ -109,9 +110,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 }
 
 // SetupWithOptions registers the StatefulSingleton controller with the manager. Managed pods come from
-// the manager's cache (scoped by CacheOptions), the other pods of the namespaces holding a
-// StatefulSingleton from the namespace caches (scope.go); each pod maps to the StatefulSingletons of its
-// namespace whose selector matches it.
+// the manager's cache (scoped by CacheOptions), the other pods a StatefulSingleton selects from the cache
+// of its selector (scope.go); each pod maps to the StatefulSingletons of its namespace whose selector
+// matches it.
 func SetupWithOptions(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	registerMetrics()
 	scopes := newNamespaceCaches(mgr)
@@ -588,18 +589,22 @@ func (r *Reconciler) observe(ctx context.Context, ss *singletonv1.StatefulSingle
 	return v, nil
 }
 
-// cachedPods lists the pods of namespace matching sel from the caches: the managed ones from the
-// manager's cache, the others from the namespace's own cache.
+// cachedPods lists the pods of namespace matching sel (a StatefulSingleton's selector) from the caches:
+// the managed ones from the manager's cache, the others from the cache of sel, which holds only those.
+// It also starts the namespace's ranking cache, so that rank finds it synced when a pod is held.
 func (r *Reconciler) cachedPods(ctx context.Context, namespace string, sel labels.Selector) ([]corev1.Pod, error) {
 	var managed, unmanaged corev1.PodList
 	if err := r.Cache.List(ctx, &managed, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, err
 	}
-	nsCache, err := r.scopes.reader(ctx, namespace)
+	podCache, err := r.scopes.podReader(ctx, namespace, sel)
 	if err != nil {
 		return nil, err
 	}
-	if err := nsCache.List(ctx, &unmanaged, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := podCache.List(ctx, &unmanaged, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, err
+	}
+	if _, err := r.scopes.reader(ctx, namespace); err != nil {
 		return nil, err
 	}
 	return append(managed.Items, unmanaged.Items...), nil
@@ -686,8 +691,10 @@ func older(a, b *singletonv1.StatefulSingleton) bool {
 	return a.Name < b.Name
 }
 
-// finish removes the finalizer of a StatefulSingleton being deleted, then the namespace label if no
-// other StatefulSingleton is left in the namespace.
+// finish removes the finalizer of a StatefulSingleton being deleted and stops the caches that the
+// StatefulSingletons left in the namespace (listed from the API server; those being deleted do not count)
+// do not need: the cache of its selector unless another one uses it, and with the last one the
+// namespace's ranking cache and its namespace label.
 func (r *Reconciler) finish(ctx context.Context, ss *singletonv1.StatefulSingleton) error {
 	heldPods.DeleteLabelValues(ss.Namespace, ss.Name)
 	r.mu.Lock()
@@ -702,12 +709,23 @@ func (r *Reconciler) finish(ctx context.Context, ss *singletonv1.StatefulSinglet
 	if err := r.APIReader.List(ctx, &list, client.InNamespace(ss.Namespace)); err != nil {
 		return err
 	}
-	for _, other := range list.Items {
-		if other.UID != ss.UID && other.DeletionTimestamp.IsZero() {
-			return nil
+	left := 0
+	var selectors []labels.Selector
+	for i := range list.Items {
+		other := &list.Items[i]
+		if other.UID == ss.UID || !other.DeletionTimestamp.IsZero() {
+			continue
+		}
+		left++
+		// A selector that does not parse never got a cache (cachedPods fails first).
+		if sel, err := metav1.LabelSelectorAsSelector(&other.Spec.Selector); err == nil {
+			selectors = append(selectors, sel)
 		}
 	}
-	r.scopes.drop(ss.Namespace)
+	r.scopes.retain(ctx, ss.Namespace, selectors)
+	if left > 0 {
+		return nil
+	}
 	return r.ensureNamespaceLabel(ctx, ss.Namespace, false)
 }
 
