@@ -543,7 +543,8 @@ func TestRandomIdentityFormat(t *testing.T) {
 	require.Eventually(t, func() bool { first = f.liveNames("rnd"); return len(first) == 2 }, wait, tick)
 	for _, n := range first {
 		assert.Regexp(t, `^rnd-[0-9a-f]{8}$`, n)
-		assert.NotNil(t, f.claims("rnd")["rnd-data-"+n[len("rnd-"):]], "claim of %s", n)
+		// A pod's claims are created right after the pod (createPod), so they may trail its appearance.
+		assert.Eventually(t, func() bool { return f.claims("rnd")["rnd-data-"+n[len("rnd-"):]] != nil }, wait, tick, "claim of %s", n)
 	}
 	f.waitPods("rnd", first...)
 	require.NoError(t, suite.Client.Delete(t.Context(), f.pod(first[0])))

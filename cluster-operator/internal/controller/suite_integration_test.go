@@ -218,6 +218,17 @@ func (f *fixture) kubeletStep(ctx context.Context, pod *corev1.Pod) {
 		if hold == "pending" {
 			return
 		}
+		// As the scheduler does, a pod waits while a claim it mounts does not exist yet (the operator
+		// creates an identity's claims right after its pod).
+		for _, v := range pod.Spec.Volumes {
+			if v.PersistentVolumeClaim == nil {
+				continue
+			}
+			err := suite.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, &corev1.PersistentVolumeClaim{})
+			if err != nil {
+				return
+			}
+		}
 		node := "node-a"
 		if pod.Annotations["test.statefulops.dev/node"] != "" {
 			node = pod.Annotations["test.statefulops.dev/node"]
