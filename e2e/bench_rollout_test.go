@@ -86,14 +86,7 @@ func TestBenchRolloutStep(t *testing.T) {
 	var baseline []float64
 	for _, p := range natives {
 		// Rolled, not only Ready: right after the template change the old pods are all still Ready.
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			sts, err := client.AppsV1().StatefulSets(p.ns).Get(t.Context(), "web", metav1.GetOptions{})
-			require.NoError(c, err)
-			assert.Equal(c, sts.Generation, sts.Status.ObservedGeneration)
-			assert.Equal(c, sts.Status.UpdateRevision, sts.Status.CurrentRevision)
-			assert.Equal(c, int32(rolloutBenchReplicas), sts.Status.UpdatedReplicas)
-			assert.Equal(c, int32(rolloutBenchReplicas), sts.Status.ReadyReplicas)
-		}, timeout, tick, "StatefulSet web of %s rolled", p.ns)
+		waitRolled(t, p.ns, "web")
 		steps := p.steps(stsUpdateRevisionOf(t, p.ns, "web"))
 		assert.Len(t, steps, rolloutBenchReplicas-1, "one step per pod after the first")
 		for _, d := range steps {

@@ -228,12 +228,7 @@ func TestDeletionMidTransitionAndNamespaceLabel(t *testing.T) {
 	watchOverlaps(t, f.ns)
 	startOperator(t, nil)
 	f.createSingleton("db")
-	nsLabel := func() string {
-		ns := &corev1.Namespace{}
-		require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKey{Name: f.ns}, ns))
-		return ns.Labels[singletonv1.LabelNamespaceEnabled]
-	}
-	require.Eventually(t, func() bool { return nsLabel() == "true" }, wait, tick, "namespace labelled")
+	require.Eventually(t, func() bool { return f.namespaceLabel() == "true" }, wait, tick, "namespace labelled")
 	require.Eventually(t, func() bool { return len(f.singleton("db").Finalizers) == 1 }, wait, tick, "finalizer")
 
 	f.createPod("old", releasedAt(1))
@@ -248,11 +243,8 @@ func TestDeletionMidTransitionAndNamespaceLabel(t *testing.T) {
 
 	f.confirmStop("old")
 	f.waitReleased("new")
-	require.Eventually(t, func() bool {
-		err := suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "db"}, &singletonv1.StatefulSingleton{})
-		return client.IgnoreNotFound(err) == nil && err != nil
-	}, wait, tick, "deleted once nothing is held")
-	require.Eventually(t, func() bool { return nsLabel() == "" }, wait, tick, "namespace label removed")
+	require.Eventually(t, func() bool { return f.singletonGone("db") }, wait, tick, "deleted once nothing is held")
+	require.Eventually(t, func() bool { return f.namespaceLabel() == "" }, wait, tick, "namespace label removed")
 }
 
 // Overlapping selectors: the older StatefulSingleton manages, the younger reports.

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
@@ -90,9 +89,7 @@ func TestUnmanagedPodsCachedPerSelector(t *testing.T) {
 	// db goes, web stays: db's selector cache stops, web's and the ranking cache stay, and so does the
 	// namespace label.
 	require.NoError(t, suite.Client.Delete(t.Context(), f.singleton("db")))
-	require.Eventually(t, func() bool {
-		return apiGone(t, client.ObjectKey{Namespace: f.ns, Name: "db"})
-	}, wait, tick, "db deleted")
+	require.Eventually(t, func() bool { return f.singletonGone("db") }, wait, tick, "db deleted")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, []string{f.ns, webKey}, scopes.keys(f.ns))
 	}, wait, tick, "db's selector cache stopped")
@@ -104,17 +101,4 @@ func TestUnmanagedPodsCachedPerSelector(t *testing.T) {
 		assert.Empty(c, scopes.keys(f.ns))
 		assert.Empty(c, f.namespaceLabel())
 	}, wait, tick, "every cache of the namespace stopped, label removed")
-}
-
-// apiGone reports whether the StatefulSingleton key is gone from the API server.
-func apiGone(t *testing.T, key client.ObjectKey) bool {
-	err := suite.Client.Get(t.Context(), key, &singletonv1.StatefulSingleton{})
-	return err != nil && client.IgnoreNotFound(err) == nil
-}
-
-// namespaceLabel is the fixture namespace's webhook label.
-func (f *fixture) namespaceLabel() string {
-	ns := &corev1.Namespace{}
-	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Name: f.ns}, ns))
-	return ns.Labels[singletonv1.LabelNamespaceEnabled]
 }

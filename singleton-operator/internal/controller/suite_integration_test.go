@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -120,6 +121,19 @@ func (f *fixture) singleton(name string) *singletonv1.StatefulSingleton {
 	ss := &singletonv1.StatefulSingleton{}
 	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, ss))
 	return ss
+}
+
+// singletonGone reports whether the StatefulSingleton is gone from the API server.
+func (f *fixture) singletonGone(name string) bool {
+	err := suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, &singletonv1.StatefulSingleton{})
+	return apierrors.IsNotFound(err)
+}
+
+// namespaceLabel is the fixture namespace's webhook label.
+func (f *fixture) namespaceLabel() string {
+	ns := &corev1.Namespace{}
+	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Name: f.ns}, ns))
+	return ns.Labels[singletonv1.LabelNamespaceEnabled]
 }
 
 // createReplicaSet creates a ReplicaSet with the Deployment revision annotation (a pod owner for ranking).
