@@ -103,6 +103,16 @@ func podCondition(pod *corev1.Pod, conditionType corev1.PodConditionType) corev1
 	return ""
 }
 
+// podConditionReason returns the reason of the pod's condition of that type, "" when it has none.
+func podConditionReason(pod *corev1.Pod, conditionType corev1.PodConditionType) string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == conditionType {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
 // nodeCondition returns the status of the node's condition of that type, "" when it has none.
 func nodeCondition(node *corev1.Node, conditionType corev1.NodeConditionType) corev1.ConditionStatus {
 	for _, c := range node.Status.Conditions {

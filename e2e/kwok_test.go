@@ -86,6 +86,47 @@ func TestKwokReadinessGate(t *testing.T) {
 	assert.Equal(t, corev1.ConditionTrue, podCondition(getPod(t, ns, "gated"), corev1.ContainersReady))
 }
 
+// TestKwokPodScheduled checks that a running pod shows PodScheduled=True, as under a real kubelet: a
+// pod released from a scheduling gate, and one whose PodScheduled a late status patch (the scheduler's
+// SchedulingGated, written for a gate removed a moment earlier) turned back to False while it ran.
+func TestKwokPodScheduled(t *testing.T) {
+	ns := newNamespace(t)
+	pod := testPod("released")
+	pod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "statefulops.dev/e2e-hold"}}
+	_, err := client.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		p, err := fetchPod(t, ns, "released")
+		require.NoError(c, err)
+		assert.Equal(c, corev1.PodReasonSchedulingGated, podConditionReason(p, corev1.PodScheduled))
+	}, timeout, tick, "the scheduler reports the gate")
+
+	_, err = client.CoreV1().Pods(ns).Patch(t.Context(), "released", types.JSONPatchType,
+		[]byte(`[{"op":"remove","path":"/spec/schedulingGates"}]`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	scheduledAndRunning := func(what string) {
+		t.Helper()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			p, err := fetchPod(t, ns, "released")
+			require.NoError(c, err)
+			assert.Equal(c, corev1.PodRunning, p.Status.Phase)
+			assert.Equal(c, corev1.ConditionTrue, podCondition(p, corev1.PodScheduled))
+			assert.Empty(c, podConditionReason(p, corev1.PodScheduled))
+			assert.Equal(c, corev1.ConditionTrue, podCondition(p, corev1.PodReady))
+		}, timeout, tick, what)
+	}
+	scheduledAndRunning("released pod running with PodScheduled=True")
+
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonSchedulingGated,
+		Message: "late status patch", LastTransitionTime: metav1.Now(),
+	}}}})
+	require.NoError(t, err)
+	_, err = client.CoreV1().Pods(ns).Patch(t.Context(), "released", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+	scheduledAndRunning("a late SchedulingGated patch corrected")
+}
+
 // TestKwokTerminatingSeconds checks how long a deleted pod stays Terminating: 1s by default, the
 // value of the annotation statefulops.dev/kwok-terminating-seconds, but never longer than its grace
 // period. Timestamps have a one-second resolution, hence the loose bounds.
