@@ -269,7 +269,7 @@ func TestDocExamples(t *testing.T) {
 			})
 		}
 	})
-	t.Logf("doc examples tested: %d (%d applied and Ready, %d refused as documented), failed: %d; fragments not applied: %d",
+	t.Logf("doc examples tested: %d (%d applied, each CR to get Ready; %d to be refused), %d failed; %d fragments not applied",
 		tested, count[exampleApply], count[exampleRefused], failed.Load(), count[exampleFragment])
 }
 
