@@ -49,7 +49,7 @@ const (
 // Labels and annotations the operator puts on the objects it creates.
 const (
 	// ClusterNameLabel carries the StatefulCluster's name on its pods, claims and ControllerRevisions
-	// (seed 001's example also selects on it).
+	// (the original stateful-cluster-operator's example also selects on it).
 	ClusterNameLabel = "enge.me/statefulcluster"
 	// IdentityLabel carries the identity (the pod name) on its pod and on each of its claims.
 	IdentityLabel = "enge.me/identity"

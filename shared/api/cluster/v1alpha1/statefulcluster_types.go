@@ -14,7 +14,7 @@ type PodManagementPolicyType string
 const (
 	// OrderedReadyPodManagement creates one pod at a time, in identity order, each Ready before the next.
 	OrderedReadyPodManagement PodManagementPolicyType = "OrderedReady"
-	// ParallelPodManagement creates and deletes pods without waiting for others (seed 001's behaviour).
+	// ParallelPodManagement creates and deletes pods without waiting for others (the original stateful-cluster-operator's behaviour).
 	ParallelPodManagement PodManagementPolicyType = "Parallel"
 )
 
@@ -62,7 +62,7 @@ type IdentityFormat string
 const (
 	// OrdinalIdentityFormat names identities <name>-<n>, n strictly increasing and never reused.
 	OrdinalIdentityFormat IdentityFormat = "Ordinal"
-	// RandomIdentityFormat names identities <name>-<8 hex digits>, as the public seed code did.
+	// RandomIdentityFormat names identities <name>-<8 hex digits>, as the original stateful-cluster-operator did.
 	RandomIdentityFormat IdentityFormat = "Random"
 )
 
@@ -114,7 +114,7 @@ type StatefulClusterSpec struct {
 	Replicas *int32 `json:"replicas,omitempty"`
 
 	// selector is a label query over the pods of this StatefulCluster. The operator adds
-	// selector.matchLabels to every pod's labels, so the pod template may omit them (seed 001 does);
+	// selector.matchLabels to every pod's labels, so the pod template may omit them (the original stateful-cluster-operator's example does);
 	// matchExpressions must be satisfied by the template's own labels. Must not be empty. Immutable.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="spec.selector must not be empty"
@@ -147,7 +147,7 @@ type StatefulClusterSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
 	ServiceName string `json:"serviceName,omitempty"`
 
-	// podManagementPolicy is how pods are created and deleted. Parallel (the default: seed 001 promises
+	// podManagementPolicy is how pods are created and deleted. Parallel (the default: the original operator promises
 	// "no sequential properties", unlike a StatefulSet, whose default is OrderedReady) creates all
 	// missing pods at once. OrderedReady creates one at a time, in identity order, each Ready before the
 	// next, and deletes one at a time.
@@ -239,7 +239,7 @@ type StatefulClusterSpec struct {
 
 	// identityFormat is how identity (pod) names are formed. Ordinal (the default): <metadata.name>-<n>
 	// with n strictly increasing over the object's life and never reused (status.nextIdentity).
-	// Random: <metadata.name>-<8 hex digits>, as the public seed code named pods; kept for migration.
+	// Random: <metadata.name>-<8 hex digits>, as the original stateful-cluster-operator named pods; kept for migration.
 	// +optional
 	// +kubebuilder:default=Ordinal
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.identityFormat is immutable"

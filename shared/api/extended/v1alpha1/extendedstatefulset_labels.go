@@ -3,16 +3,16 @@ package v1alpha1
 // Labels and annotations the operator writes on the StatefulSets (and their pod templates) it creates.
 // All the state of a versioned upgrade lives in them, so an operator restart resumes where it stopped.
 const (
-	// VersionAnnotation is the version of a StatefulSet (seed 004: "Annotated with a version
-	// (auto-incremented on each update)"). Also a label of the StatefulSet, its selector and its pods, so
+	// VersionAnnotation is the version of a StatefulSet (auto-incremented on each
+	// update, as in the original quarks/fissile ExtendedStatefulSet). Also a label of the StatefulSet, its selector and its pods, so
 	// that the pods of two versions never match each other's selector.
 	VersionAnnotation = "fissile.cloudfoundry.org/version"
 	// VersionLabel is the label twin of VersionAnnotation (same key, value the version number).
 	VersionLabel = VersionAnnotation
 	// NameLabel names the ExtendedStatefulSet on its StatefulSets and their pods.
 	NameLabel = "fissile.cloudfoundry.org/extendedstatefulset-name"
-	// StaleAnnotation ("true") marks the StatefulSet of a version whose upgrade failed (seed 004: "Annotated
-	// if Stale"). A stale version is scaled to zero and never resumed; the next template change makes a new
+	// StaleAnnotation ("true") marks the StatefulSet of a version whose upgrade failed (the original
+	// ExtendedStatefulSet's "annotated if stale"). A stale version is scaled to zero and never resumed; the next template change makes a new
 	// version.
 	StaleAnnotation = "fissile.cloudfoundry.org/stale"
 	// TemplateHashAnnotation is the hash of spec.template (replicas excluded) a version was built from; a

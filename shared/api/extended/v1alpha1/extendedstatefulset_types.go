@@ -58,7 +58,7 @@ type ExtendedStatefulSetSpec struct {
 	Template StatefulSetTemplate `json:"template"`
 
 	// az spreads the pods over availability zones: one StatefulSet per zone. Null or unset: one
-	// StatefulSet, no zone placement (seed 004 sets az to null).
+	// StatefulSet, no zone placement (the original ExtendedStatefulSet's example sets az to null).
 	// +optional
 	// +nullable
 	AZ *AvailabilityZones `json:"az,omitempty"`

@@ -1,7 +1,7 @@
 package v1
 
 // Condition types of a StatefulSetLock (status.conditions[].type). Available, Progressing and Error are
-// seed 002's; Ready is the summary every statefulops kind carries.
+// those of the original StatefulSet Leader Election Operator; Ready is the summary every statefulops kind carries.
 const (
 	// ConditionReady is the summary: True when a writer is elected and labelled and the Lease is current.
 	ConditionReady = "Ready"
@@ -13,7 +13,7 @@ const (
 	ConditionError = "Error"
 )
 
-// Condition reasons of a StatefulSetLock. The first seven are the public seed code's.
+// Condition reasons of a StatefulSetLock. The first seven are the original operator's.
 const (
 	ReasonReconciling         = "Reconciling"
 	ReasonReconcileError      = "ReconcileError"
@@ -50,7 +50,7 @@ const (
 
 // Keys the operator writes on pods and reads from the lock.
 const (
-	// RoleLabel is the pod label carrying the role; Services select on it (seed 002).
+	// RoleLabel is the pod label carrying the role; Services select on it (as in the original operator).
 	RoleLabel = "sts-role"
 	// RoleWriter is RoleLabel's value on the one writer pod.
 	RoleWriter = "writer"
@@ -68,6 +68,6 @@ const (
 	// LockLabel on the Lease names the StatefulSetLock that owns it; the operator caches only Leases
 	// carrying it.
 	LockLabel = "app.anukkrit.me/statefulsetlock"
-	// Finalizer is seed 002's finalizer: on deletion role labels are removed and the Lease deleted.
+	// Finalizer is the original operator's finalizer: on deletion role labels are removed and the Lease deleted.
 	Finalizer = "statefulsetlock.app.anukkrit.me/finalizer"
 )

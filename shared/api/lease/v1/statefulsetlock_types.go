@@ -37,7 +37,7 @@ type StatefulSetLockSpec struct {
 
 	// failoverDelaySeconds is how long, in seconds, the writer must stay not Ready before another pod is
 	// promoted, to ride out readiness flaps. A writer that is terminating, gone or on a NotReady node is
-	// replaced without this delay. Defaults to 0 (immediate failover, as in seed 002); must be 0..3600.
+	// replaced without this delay. Defaults to 0 (immediate failover, as in the original StatefulSet Leader Election Operator); must be 0..3600.
 	// +optional
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
@@ -77,7 +77,7 @@ type StatefulSetLockStatus struct {
 	LastFailoverReason string `json:"lastFailoverReason,omitempty"`
 
 	// conditions describe the state in detail: "Available" (the lock is functioning), "Progressing" (the
-	// operator is applying a change), "Error" (an error, with a message) as documented in seed 002, and
+	// operator is applying a change), "Error" (an error, with a message), as the original StatefulSet Leader Election Operator reported, and
 	// "Ready" as the summary.
 	// +optional
 	// +listType=map

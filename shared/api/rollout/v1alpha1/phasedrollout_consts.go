@@ -1,6 +1,6 @@
 package v1alpha1
 
-// Phases of a PhasedRollout (status.phase). The names are the public seed code's, capitalised.
+// Phases of a PhasedRollout (status.phase). The names are the original sts-plus-operator's, capitalised.
 const (
 	// PhaseReady: idle, the partition equals the replicas, nothing to roll.
 	PhaseReady PhasedRolloutPhase = "Ready"
@@ -21,7 +21,7 @@ const (
 	PhaseErrorSTSNotFound PhasedRolloutPhase = "ErrorSTSNotFound"
 )
 
-// States of a rollout step (status.rollingPodStatus.status). The names are the public seed code's.
+// States of a rollout step (status.rollingPodStatus.status). The names are the original sts-plus-operator's.
 const (
 	// StepWaitForPodToBeUpdated: the pod at the partition is not yet on the update revision and Ready.
 	StepWaitForPodToBeUpdated RollingPodState = "WaitForPodToBeUpdated"
@@ -48,7 +48,7 @@ const (
 )
 
 // Event reasons of a PhasedRollout. RolloutStarted, RolloutCompleted, CannotManage, Suspended and
-// PrometheusConfigError are the public seed code's.
+// PrometheusConfigError are the original sts-plus-operator's.
 const (
 	EventRolloutStarted        = "RolloutStarted"
 	EventRolloutCompleted      = "RolloutCompleted"
@@ -67,7 +67,7 @@ const (
 	EventPartitionLeftOnDeletion = "PartitionLeftOnDeletion"
 )
 
-// Keys on the managed StatefulSet and the credentials Secret (seed 003 and the public seed code).
+// Keys on the managed StatefulSet and the credentials Secret (the same keys as the original sts-plus-operator).
 const (
 	// ManagedByAnnotation on the StatefulSet names the PhasedRollout that owns its partition.
 	ManagedByAnnotation = "sts.plus/phasedRollout"

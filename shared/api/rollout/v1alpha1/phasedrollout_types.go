@@ -9,7 +9,7 @@ import (
 type SuccessWhen string
 
 const (
-	// SuccessWhenNoData is seed 003's semantic and the default, like a Prometheus alert: the check
+	// SuccessWhenNoData is the original sts-plus-operator's semantic and the default, like a Prometheus alert: the check
 	// passes when the query returns no data and fails when it returns any sample.
 	SuccessWhenNoData SuccessWhen = "NoData"
 	// SuccessWhenDataReturned is the inverse (the later public code's semantic): the check passes when
@@ -135,7 +135,7 @@ type Check struct {
 	// +kubebuilder:validation:Maximum=1000
 	SuccessThreshold int32 `json:"successThreshold,omitempty"`
 
-	// successWhen says which query result passes a check. "NoData" (default, seed 003's semantic, like
+	// successWhen says which query result passes a check. "NoData" (default, the original sts-plus-operator's semantic, like
 	// a Prometheus alert): a query returning any sample fails the check, an empty result passes — e.g.
 	// `rate(http_requests_total{code=~"5.."}[5m]) > 1`. "DataReturned": the check passes only when the
 	// query returns at least one sample — e.g. `up{job="web"} == 1`. Note that under NoData a
@@ -278,7 +278,7 @@ type ScaleUpRecord struct {
 	Time metav1.Time `json:"time"`
 }
 
-// RollingPodStatus is the state of one rollout step. Field names are the public seed code's
+// RollingPodStatus is the state of one rollout step. Field names are the original sts-plus-operator's
 // (analisysStartTime keeps its spelling so existing tooling keeps working).
 type RollingPodStatus struct {
 	// status is the step's state: "WaitForPodToBeUpdated", "WaitForAllPodsToBeAvailable",

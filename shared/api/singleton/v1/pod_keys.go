@@ -1,14 +1,14 @@
 package v1
 
 // Keys the admission webhook writes on the pods of a StatefulSingleton and the operator reads back. They
-// keep seed 000's apps.statefulsingleton.com spelling (not the API group), so pods look as the seed's
-// documentation describes.
+// keep the original StatefulSingleton operator's apps.statefulsingleton.com spelling (not the API group),
+// so pods look as that operator's documentation describes.
 const (
 	// ReadinessGate is the pod readiness gate the operator sets to True once the pod is the released,
 	// active instance: until then the pod receives no Service traffic.
 	ReadinessGate = "apps.statefulsingleton.com/singleton-ready"
 
-	// LabelManaged (value "true") marks every pod admitted with a hold (seed 000's label).
+	// LabelManaged (value "true") marks every pod admitted with a hold (the original operator's label).
 	LabelManaged = "apps.statefulsingleton.com/managed"
 	// LabelSingleton holds SingletonLabelValue(name) of the StatefulSingleton that admitted the pod; the
 	// anti-affinity term selects on it so that only pods of the same singleton repel each other.
@@ -18,7 +18,7 @@ const (
 	// that holds a StatefulSingleton.
 	LabelNamespaceEnabled = "apps.statefulsingleton.com/enabled"
 
-	// AnnotationManaged (value "true") is seed 000's annotation on every managed pod.
+	// AnnotationManaged (value "true") is the original operator's annotation on every managed pod.
 	AnnotationManaged = "apps.statefulsingleton.com/statefulsingleton-managed"
 	// AnnotationHoldMode records the hold the pod was admitted with ("Wrapper" or "SchedulingGate"),
 	// which tells the operator how to release it.
@@ -36,7 +36,7 @@ const (
 	// SchedulingGate is the pod scheduling gate of the SchedulingGate hold; the operator removes it on release.
 	SchedulingGate = "apps.statefulsingleton.com/handover"
 
-	// SidecarContainerName is the container that waits for the start grant (seed 000's name).
+	// SidecarContainerName is the container that waits for the start grant (the original operator's name).
 	SidecarContainerName = "status-sidecar"
 	// WrapperInitContainerName is the init container that copied the singleton-wrapper binary into pods
 	// admitted by earlier webhooks; the status-sidecar's postStart hook does it now. Still recognised as a
@@ -49,11 +49,11 @@ const (
 	// GrantTokenVolumeName is the projected, pod-bound ServiceAccount token the sidecar presents.
 	GrantTokenVolumeName = "statefulsingleton-grant-token"
 
-	// SignalDir is where the start signal lives (seed 000's path).
+	// SignalDir is where the start signal lives (the original operator's path).
 	SignalDir = "/var/run/signal"
-	// StartSignalFile is the file whose existence releases the wrapped entrypoints (seed 000's path).
+	// StartSignalFile is the file whose existence releases the wrapped entrypoints (the original operator's path).
 	StartSignalFile = SignalDir + "/start-signal"
-	// WrapperDir is where the wrapper binary is mounted in app containers (seed 000's path).
+	// WrapperDir is where the wrapper binary is mounted in app containers (the original operator's path).
 	WrapperDir = "/opt/wrapper"
 	// WrapperBinary is the wrapped containers' new command.
 	WrapperBinary = WrapperDir + "/singleton-wrapper"
@@ -63,6 +63,6 @@ const (
 	GrantTokenAudience = "statefulsingleton"
 
 	// EnvOriginalEntrypoint holds a wrapped container's original command and args as a JSON array of
-	// strings, the exact argv the wrapper executes (seed 000's variable name).
+	// strings, the exact argv the wrapper executes (the original operator's variable name).
 	EnvOriginalEntrypoint = "ORIGINAL_ENTRYPOINT"
 )

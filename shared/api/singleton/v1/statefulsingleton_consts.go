@@ -33,11 +33,11 @@ const (
 
 // Condition reasons and Event reasons of a StatefulSingleton.
 const (
-	// ReasonPodStarted: a pod was released and is the active pod (seed Event reason).
+	// ReasonPodStarted: a pod was released and is the active pod (the original operator's Event reason).
 	ReasonPodStarted = "PodStarted"
-	// ReasonPodTransition: a handover from one pod to another started (seed Event reason).
+	// ReasonPodTransition: a handover from one pod to another started (the original operator's Event reason).
 	ReasonPodTransition = "PodTransition"
-	// ReasonTransitionTimeout: a transition exceeded maxTransitionTime (seed Event reason).
+	// ReasonTransitionTimeout: a transition exceeded maxTransitionTime (the original operator's Event reason).
 	ReasonTransitionTimeout = "TransitionTimeout"
 	// ReasonHoldFallback: a pod of a Wrapper singleton was admitted with the scheduling gate instead
 	// (Event on the pod; the annotation apps.statefulsingleton.com/hold-fallback-reason says why).

@@ -10,7 +10,7 @@ import (
 type HoldMode string
 
 const (
-	// HoldModeWrapper is seed 000's mechanism and the default: the pod is scheduled and started ahead of
+	// HoldModeWrapper is the original StatefulSingleton operator's mechanism and the default: the pod is scheduled and started ahead of
 	// time, but every app container's entrypoint is wrapped and blocked until the operator grants the
 	// start (status-sidecar, start signal under /var/run/signal, original command in ORIGINAL_ENTRYPOINT).
 	HoldModeWrapper HoldMode = "Wrapper"
@@ -64,7 +64,7 @@ type StatefulSingletonSpec struct {
 	RespectPodGracePeriod *bool `json:"respectPodGracePeriod,omitempty"`
 
 	// holdMode selects how a new pod is kept from running until the previous one is gone.
-	// "Wrapper" (default, seed 000's mechanism): the pod is scheduled and its containers started ahead of
+	// "Wrapper" (default, the original StatefulSingleton operator's mechanism): the pod is scheduled and its containers started ahead of
 	// time, each app container's entrypoint wrapped and blocked until the operator grants the start, so
 	// the handover gap is only the process start. "SchedulingGate": the pod is created with a
 	// scheduling gate that the operator removes when safe; no entrypoint rewrite or sidecar, but the
