@@ -118,6 +118,16 @@ func TestSeveralPodsWithoutHoldAreNotAdopted(t *testing.T) {
 	assert.True(t, f.pod("b").DeletionTimestamp.IsZero(), "no pod deleted")
 	assert.Empty(t, f.singleton("db").Status.ActivePod)
 
+	// b being deleted: a is adopted once b is gone, not before.
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("b"))) // graceful: stays until the kubelet confirms
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ss := f.singleton("db")
+		if cond := findCondition(ss, singletonv1.ConditionReady); assert.NotNil(c, cond) {
+			assert.Equal(c, singletonv1.ReasonWaitingToAdopt, cond.Reason)
+			assert.Contains(c, cond.Message, "once pods b, being deleted, are gone")
+		}
+	}, wait, tick)
+	f.neverReleased("a", time.Second)
 	f.confirmStop("b")
 	f.waitReleased("a")
 	ss = f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)

@@ -531,12 +531,22 @@ func (r *Reconciler) adopt(ctx context.Context, ss *singletonv1.StatefulSingleto
 // ungatedReport is the UngatedPod condition's reason and message for the view's pods without a start
 // hold, which were not adopted.
 func ungatedReport(v *view, adoptable bool) (string, string) {
+	var staying, going []*corev1.Pod // blocking pods: not being deleted, being deleted
+	for _, p := range v.blocking {
+		if p.DeletionTimestamp.IsZero() {
+			staying = append(staying, p)
+		} else {
+			going = append(going, p)
+		}
+	}
 	names := podNames(v.ungated)
 	switch {
 	case adoptable:
 		return singletonv1.ReasonWaitingToAdopt, fmt.Sprintf("pod %s carries no start hold and does not run yet (phase %s); it is adopted as the active pod once it runs", names, v.ungated[0].Status.Phase)
-	case len(v.ungated) > 1 && len(v.active) == 0 && len(v.held) == 0:
-		return singletonv1.ReasonSeveralPodsWithoutHold, fmt.Sprintf("pods %s carry no start hold (created before the namespace was labelled for the pod webhook, or around it), so none is adopted: only a singleton's only pod is. Scale the workload to one replica or delete all but one of these pods; pods created from now on are held", names)
+	case len(v.held) == 0 && len(staying) == 1 && classify(staying[0]) == stateUngated:
+		return singletonv1.ReasonWaitingToAdopt, fmt.Sprintf("pod %s carries no start hold; it is adopted as the active pod once pods %s, being deleted, are gone", staying[0].Name, podNames(going))
+	case len(v.held) == 0 && len(v.active) == 0 && len(staying) > 1:
+		return singletonv1.ReasonSeveralPodsWithoutHold, fmt.Sprintf("pods %s carry no start hold (created before the namespace was labelled for the pod webhook, or around it), so none is adopted: only a singleton's only pod is. Scale the workload to one replica or delete all but one of these pods; pods created from now on are held", podNames(staying))
 	default:
 		return singletonv1.ReasonPodWithoutHold, fmt.Sprintf("pods %s match the selector but carry no start hold (admitted around the webhook); a pod without a hold is adopted only when it is the singleton's only pod, and it is deleted while another pod is active", names)
 	}
@@ -645,6 +655,8 @@ func (r *Reconciler) observe(ctx context.Context, ss *singletonv1.StatefulSingle
 	if err != nil {
 		return nil, err
 	}
+	// By name, so that messages list pods in a stable order (the caches' lists have none).
+	slices.SortFunc(list.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	v := &view{}
 	for i := range list.Items {
 		pod := &list.Items[i]
