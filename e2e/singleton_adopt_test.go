@@ -40,6 +40,40 @@ func TestSingletonAdoption(t *testing.T) {
 		t.Run(kind+"/workload first", func(t *testing.T) { adoptionScenario(t, op, kind, false) })
 		t.Run(kind+"/one apply", func(t *testing.T) { adoptionScenario(t, op, kind, true) })
 	}
+	t.Run("Deployment/two pods", adoptionRefused)
+}
+
+// adoptionRefused adds a StatefulSingleton to a Deployment with two running pods: none is adopted and
+// `kubectl describe` says why and what to do; scaled to one replica, the pod left is adopted.
+func adoptionRefused(t *testing.T) {
+	ns := newNamespace(t)
+	watchReleased(t, ns)
+	applyYAML(t, ns, strings.Replace(adoptionWorkloadYAML("Deployment"), "replicas: 1", "replicas: 2", 1))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pods, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=app", FieldSelector: "status.phase=Running"})
+		if assert.NoError(c, err) {
+			assert.Len(c, pods.Items, 2, "two running pods")
+		}
+	}, timeout, tick)
+	applyYAML(t, ns, "apiVersion: apps.openshift.statefulsingleton.com/v1\nkind: StatefulSingleton\nmetadata:\n  name: app\nspec:\n"+
+		"  holdMode: SchedulingGate\n  selector:\n    matchLabels: {app: app}\n")
+	assert.Contains(t, singletonEventNote(t, ns, singletonv1.ReasonSeveralPodsWithoutHold), "delete all but one")
+	describe, err := kubectl().Run(t.Context(), "describe", "-n", ns, "statefulsingletons.apps.openshift.statefulsingleton.com", "app")
+	require.NoError(t, err)
+	assert.Contains(t, describe, singletonv1.ReasonSeveralPodsWithoutHold, "kubectl describe shows why")
+	t.Logf("kubectl describe, two pods without a hold:\n%s", describe)
+	pods, err := client.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=app"})
+	require.NoError(t, err)
+	for _, p := range pods.Items {
+		assert.Empty(t, p.Annotations[singletonv1.AnnotationEpoch], "pod %s not adopted", p.Name)
+	}
+
+	_, err = kubectl().Run(t.Context(), "scale", "-n", ns, "deployment/app", "--replicas=1")
+	require.NoError(t, err)
+	adopted := waitActiveOnlyPod(t, ns, func(c *assert.CollectT, p *corev1.Pod) {
+		assert.Equal(c, "true", p.Annotations[singletonv1.AnnotationAdopted], "pod %s adopted", p.Name)
+	})
+	t.Logf("scaled to one replica: pod %s adopted", adopted.Name)
 }
 
 // adoptionScenario runs one workload of kind under a StatefulSingleton added after it (or with it, in
