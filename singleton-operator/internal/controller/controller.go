@@ -20,7 +20,13 @@
 //   - Fencing: when the pod recorded in status.activePodUID vanished while its node (status.activePodNode)
 //     is NotReady or Unknown, its stop was never confirmed: nothing is released until the node is Ready
 //     again or carries node.kubernetes.io/out-of-service (condition FencingRequired, Event).
-//   - An ungated pod is reported (condition UngatedPod, Event) and deleted while another pod is active.
+//   - Adoption: an ungated pod that runs and is the only pod of the singleton that is not terminal (none
+//     held, none released) becomes the active pod: confirmed with a live list, it gets a reserved epoch
+//     and the adopted annotation, and is then a released pod in every respect (Event Adopted). With two
+//     or more ungated pods nothing is adopted (UngatedPod reason SeveralPodsWithoutHold, Event).
+//   - An ungated pod that is not adopted is reported (condition UngatedPod, Event) and deleted while
+//     another pod is active.
+//   - Every waiting state (Ready=False, by reason) is recorded as an Event when it begins.
 //   - Before releasing, the pods are listed again from the API server (not the cache), so a stale cache
 //     never releases a second pod. The epoch is reserved in status (optimistic lock) before the pod is
 //     patched, so it only grows and is never reused, also across restarts.
@@ -63,6 +69,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	"github.com/statefulops/statefulops/shared/podmutation"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
@@ -268,11 +275,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionOverlapDetected)
 	}
 
-	// Ungated pods: report, and delete them while another pod is active.
+	// Pods without a start hold (ungated): the only pod of the singleton is adopted as the active pod
+	// once it runs; otherwise they are reported, and deleted while another pod is active.
+	adoptable := !deleting && len(v.ungated) == 1 && len(v.blocking) == 1 && len(v.held) == 0
+	if adoptable && runs(v.ungated[0]) {
+		return r.adopt(ctx, ss, status, v.ungated[0])
+	}
 	if len(v.ungated) > 0 {
 		reported := meta.IsStatusConditionTrue(status.Conditions, singletonv1.ConditionUngatedPod)
-		setCondition(status, ss, singletonv1.ConditionUngatedPod, metav1.ConditionTrue, "PodWithoutHold",
-			fmt.Sprintf("pods %s match the selector but carry no start hold (admitted around the webhook); they are never released", podNames(v.ungated)))
+		reason, msg := ungatedReport(v, adoptable)
+		setCondition(status, ss, singletonv1.ConditionUngatedPod, metav1.ConditionTrue, reason, msg)
 		for _, pod := range v.ungated {
 			if !reported {
 				r.Recorder.Eventf(ss, pod, corev1.EventTypeWarning, "UngatedPod", "Report", "pod %s matches the selector but carries no start hold", pod.Name)
@@ -308,7 +320,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		status.Phase = singletonv1.PhaseRunning
 		if len(v.active) > 0 {
 			status.Message = "pod " + v.active[0].Name + " is active"
+			if v.active[0].Annotations[singletonv1.AnnotationAdopted] == "true" {
+				status.Message += " (adopted: it was running without a start hold)"
+			}
 			setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, status.Message)
+		} else if c := meta.FindStatusCondition(status.Conditions, singletonv1.ConditionUngatedPod); c != nil {
+			status.Message = c.Message
+			setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
 		} else {
 			status.Message = "no pod to run"
 			setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonNoPods, "no pod of the singleton is active or held")
@@ -415,12 +433,25 @@ func (r *Reconciler) transition(ctx context.Context, ss *singletonv1.StatefulSin
 		}
 	}
 
-	// Confirm with the API server, not the cache, that nothing else may run, and meanwhile reserve the
-	// next epoch in status (optimistic lock) before any pod carries it. The reservation does not depend
-	// on the list's answer: an epoch reserved for a release the list then refuses is skipped, never
-	// reused. So the two round trips overlap instead of adding up on the handover's critical path.
+	live, epoch, err := r.reserveAndList(ctx, ss, status)
+	if err != nil || live == nil {
+		return reconcile.Result{}, err
+	}
+	if len(live.blocking) > 0 || live.candidate == nil || live.candidate.UID != v.candidate.UID ||
+		slices.ContainsFunc(live.pods, func(p *corev1.Pod) bool { return podEpoch(p) >= epoch }) {
+		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind; look again (the epoch is skipped)
+	}
+	return reconcile.Result{}, r.release(ctx, ss, status, live.candidate, epoch)
+}
+
+// reserveAndList confirms with the API server, not the cache, what may run, and meanwhile reserves the
+// next epoch in status (optimistic lock) before any pod carries it. The reservation does not depend on
+// the list's answer: an epoch reserved for a release (or adoption) the list then refuses is skipped,
+// never reused. So the two round trips overlap instead of adding up on the handover's critical path.
+// It returns the live view and the reserved epoch, or a nil view when the reservation conflicted (the
+// newer StatefulSingleton's event reconciles again; nothing was released).
+func (r *Reconciler) reserveAndList(ctx context.Context, ss *singletonv1.StatefulSingleton, status *singletonv1.StatefulSingletonStatus) (*view, int64, error) {
 	epoch := status.Epoch + 1 // status.Epoch is already at least the epoch of every cached pod
-	timing, _ := ctx.Value(handoverTimingKey{}).(*handoverTiming)
 	type listed struct {
 		view *view
 		err  error
@@ -439,22 +470,91 @@ func (r *Reconciler) transition(ctx context.Context, ss *singletonv1.StatefulSin
 	reserveTook := r.Clock.Now().Sub(reserveStart)
 	l := <-done
 	if reserveErr != nil {
-		return reconcile.Result{}, ignoreConflict(reserveErr) // nothing was released; the newer StatefulSingleton's event reconciles again
+		return nil, 0, ignoreConflict(reserveErr)
 	}
 	ss.ResourceVersion = reserve.ResourceVersion
 	status.Epoch = epoch // the status written at the end of this reconcile keeps the reservation
 	if l.err != nil {
-		return reconcile.Result{}, l.err
+		return nil, 0, l.err
 	}
-	live := l.view
-	if len(live.blocking) > 0 || live.candidate == nil || live.candidate.UID != v.candidate.UID ||
+	if timing, ok := ctx.Value(handoverTimingKey{}).(*handoverTiming); ok {
+		timing.list, timing.reserve = l.took, reserveTook
+	}
+	return l.view, epoch, nil
+}
+
+// adopt makes pod the active pod: it runs without a start hold and is the only pod of the singleton
+// that is not terminal, so nothing else can run beside it. Like a release, adoption is confirmed with
+// the API server and stamps a reserved epoch on the pod (with the adopted annotation, in one patch that
+// carries the pod's UID); from then on the pod is released in every respect: it blocks every release,
+// and the next rollout or deletion hands over from it.
+func (r *Reconciler) adopt(ctx context.Context, ss *singletonv1.StatefulSingleton, status *singletonv1.StatefulSingletonStatus, pod *corev1.Pod) (reconcile.Result, error) {
+	live, epoch, err := r.reserveAndList(ctx, ss, status)
+	if err != nil || live == nil {
+		return reconcile.Result{}, err
+	}
+	if len(live.held) > 0 || len(live.blocking) != 1 || live.blocking[0].UID != pod.UID ||
+		classify(live.blocking[0]) != stateUngated || !runs(live.blocking[0]) ||
 		slices.ContainsFunc(live.pods, func(p *corev1.Pod) bool { return podEpoch(p) >= epoch }) {
 		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind; look again (the epoch is skipped)
 	}
-	if timing != nil {
-		timing.list, timing.reserve = l.took, reserveTook
+	value := strconv.FormatInt(epoch, 10)
+	// The singleton label too, as the webhook puts it on the pods it admits: the anti-affinity of the
+	// next pods then steers them away from the adopted pod's node, and tools that group pods by
+	// singleton see it.
+	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID,
+		"labels":      map[string]string{singletonv1.LabelSingleton: podmutation.SingletonLabelValue(ss.Name)},
+		"annotations": map[string]string{singletonv1.AnnotationEpoch: value, singletonv1.AnnotationAdopted: "true"}}})
+	if err != nil {
+		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, r.release(ctx, ss, status, live.candidate, epoch)
+	adopted := live.blocking[0].DeepCopy()
+	if err := r.Client.Patch(ctx, adopted, client.RawPatch(types.MergePatchType, raw)); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err) // the epoch is skipped; a pod gone is reconciled again
+	}
+	logf.FromContext(ctx).Info("Adopted pod", "pod", pod.Name, "epoch", epoch)
+	status.ActivePod, status.ActivePodUID, status.ActivePodNode = pod.Name, string(pod.UID), pod.Spec.NodeName
+	status.Phase = singletonv1.PhaseRunning
+	status.Message = "pod " + pod.Name + " is active (adopted: it was running without a start hold)"
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionUngatedPod)
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
+	setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, status.Message)
+	r.Recorder.Eventf(ss, pod, corev1.EventTypeNormal, singletonv1.ReasonAdopted, "Adopt",
+		"adopted running pod %s as the active pod with epoch %d; its start was not held (it was created without a start hold, e.g. before the namespace was labelled for the pod webhook); the next rollout or deletion hands over from it", pod.Name, epoch)
+	if err := r.markReady(ctx, adopted); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.writeStatus(ctx, ss, status)
+}
+
+// ungatedReport is the UngatedPod condition's reason and message for the view's pods without a start
+// hold, which were not adopted.
+func ungatedReport(v *view, adoptable bool) (string, string) {
+	var staying, going []*corev1.Pod // blocking pods: not being deleted, being deleted
+	for _, p := range v.blocking {
+		if p.DeletionTimestamp.IsZero() {
+			staying = append(staying, p)
+		} else {
+			going = append(going, p)
+		}
+	}
+	names := podNames(v.ungated)
+	switch {
+	case adoptable:
+		return singletonv1.ReasonWaitingToAdopt, fmt.Sprintf("pod %s carries no start hold and does not run yet (phase %s); it is adopted as the active pod once it runs", names, v.ungated[0].Status.Phase)
+	case len(v.held) == 0 && len(staying) == 1 && classify(staying[0]) == stateUngated:
+		return singletonv1.ReasonWaitingToAdopt, fmt.Sprintf("pod %s carries no start hold; it is adopted as the active pod once pods %s, being deleted, are gone", staying[0].Name, podNames(going))
+	case len(v.held) == 0 && len(v.active) == 0 && len(staying) > 1:
+		return singletonv1.ReasonSeveralPodsWithoutHold, fmt.Sprintf("pods %s carry no start hold (created before the namespace was labelled for the pod webhook, or around it), so none is adopted: only a singleton's only pod is. Scale the workload to one replica or delete all but one of these pods; pods created from now on are held", podNames(staying))
+	default:
+		return singletonv1.ReasonPodWithoutHold, fmt.Sprintf("pods %s match the selector but carry no start hold (admitted around the webhook); a pod without a hold is adopted only when it is the singleton's only pod, and it is deleted while another pod is active", names)
+	}
+}
+
+// runs reports whether the pod runs on a node and is not being deleted (adoption's precondition).
+func runs(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodRunning && pod.Spec.NodeName != "" && pod.DeletionTimestamp.IsZero()
 }
 
 // release releases the pod with the epoch reserved in status, in one patch. If the patch fails the
@@ -555,6 +655,8 @@ func (r *Reconciler) observe(ctx context.Context, ss *singletonv1.StatefulSingle
 	if err != nil {
 		return nil, err
 	}
+	// By name, so that messages list pods in a stable order (the caches' lists have none).
+	slices.SortFunc(list.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	v := &view{}
 	for i := range list.Items {
 		pod := &list.Items[i]
@@ -781,7 +883,33 @@ func (r *Reconciler) writeStatus(ctx context.Context, ss *singletonv1.StatefulSi
 	status.StatusTimestamp = &metav1.Time{Time: r.Clock.Now()}
 	updated := ss.DeepCopy()
 	updated.Status = *status
-	return ignoreConflict(r.Client.Status().Update(ctx, updated))
+	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		return ignoreConflict(err)
+	}
+	r.reportWaiting(ss, &ss.Status, status)
+	return nil
+}
+
+// reportWaiting records an Event when the singleton starts waiting, or waits for another reason: the
+// Ready condition turned False or changed its reason. So `kubectl describe` shows why it waits, once per
+// change, not once per reconcile. Reasons whose Events are recorded where they arise
+// (TransitionTimeout, NodeNotReady) are left out.
+func (r *Reconciler) reportWaiting(ss *singletonv1.StatefulSingleton, before, after *singletonv1.StatefulSingletonStatus) {
+	now := meta.FindStatusCondition(after.Conditions, singletonv1.ConditionReady)
+	if now == nil || now.Status != metav1.ConditionFalse {
+		return
+	}
+	if prev := meta.FindStatusCondition(before.Conditions, singletonv1.ConditionReady); prev != nil && prev.Status == now.Status && prev.Reason == now.Reason {
+		return
+	}
+	eventType := corev1.EventTypeNormal
+	switch now.Reason {
+	case singletonv1.ReasonTransitionTimeout, singletonv1.ReasonNodeNotReady:
+		return
+	case "SelectorOverlap", singletonv1.ReasonSeveralPodsWithoutHold:
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(ss, nil, eventType, now.Reason, "Wait", "%s", now.Message)
 }
 
 // ignoreConflict drops a conflict of a StatefulSingleton write. A conflict means the cache is behind the

@@ -66,9 +66,9 @@ func TestUnmanagedPodsCachedPerSelector(t *testing.T) {
 	f.waitReleased("active")
 
 	// Beside the singletons: an unrelated pod (no singleton selects it), and one pod admitted around the
-	// webhook per singleton.
+	// webhook per singleton. web's is its only pod and not yet scheduled: it waits to be adopted.
 	f.createPod("unrelated", func(p *corev1.Pod) { p.Labels = map[string]string{"app": "other"} })
-	f.createPod("web-rogue", func(p *corev1.Pod) { p.Labels["app"] = "web" })
+	f.createPod("web-rogue", func(p *corev1.Pod) { p.Labels["app"] = "web" }, onNode(""))
 	f.createPod("rogue")
 	f.waitCondition("db", singletonv1.ConditionUngatedPod, metav1.ConditionTrue)
 	f.waitCondition("web", singletonv1.ConditionUngatedPod, metav1.ConditionTrue)
