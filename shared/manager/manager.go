@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -214,6 +215,26 @@ func run(ctx context.Context, opts Options, f *flags) error {
 		// server to the manager now: the binary decides when it starts (see Options.Setup).
 		if err := mgr.AddReadyzCheck("webhook", webhookServer.StartedChecker()); err != nil {
 			return fmt.Errorf("adding the webhook readiness check: %w", err)
+		}
+	}
+
+	// Controllers and field indexes on a kind the API server does not serve yet fail at once ("no
+	// matches for kind"): wait for the binary's own kinds first (a fresh install applies the CRD and the
+	// Deployment together).
+	kinds, err := resourceKinds(opts.Schemes)
+	if err != nil {
+		return err
+	}
+	if len(kinds) > 0 {
+		dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
+		if err != nil {
+			return fmt.Errorf("creating the discovery client: %w", err)
+		}
+		if err := waitForKinds(ctx, setupLog, dc, kinds); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil // stopped while waiting: a clean stop
+			}
+			return fmt.Errorf("waiting for the API server to serve %v: %w", kinds, err)
 		}
 	}
 
