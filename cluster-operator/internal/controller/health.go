@@ -22,7 +22,7 @@ const outOfServiceTaint = "node.kubernetes.io/out-of-service"
 type verdict struct {
 	reason  clusterv1alpha1.RetirementReason // empty: keep the pod
 	message string
-	stuck   *stuck // kept although past pendingThresholdSeconds: replacing it cannot help (stuck.go)
+	stuck   *stuck    // kept although past pendingThresholdSeconds: replacing it cannot help (stuck.go)
 	since   time.Time // when the pod became unusable, for the replacement-latency metric
 	recheck time.Time // when a rule that has not fired yet would fire; zero: none
 }
