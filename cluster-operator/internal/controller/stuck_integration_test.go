@@ -68,6 +68,7 @@ func TestStuckPodsAreReportedNotReplaced(t *testing.T) {
 		// One Warning Event (not one per reconcile) says why, about the StatefulCluster and the pod.
 		evs := clusterEvents(t, f.ns, "c", clusterv1alpha1.ReasonClaimPending)
 		require.Len(t, evs, 1)
+		assert.Nil(t, evs[0].Series, "recorded once, not repeated into a series")
 		assert.Equal(t, corev1.EventTypeWarning, evs[0].Type)
 		assert.Contains(t, evs[0].Note, "c-0")
 		assert.Contains(t, evs[0].Note, "c-data-0")
