@@ -3,7 +3,6 @@
 package controller
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 	"github.com/statefulops/statefulops/shared/testsupport"
@@ -66,7 +63,7 @@ func TestStuckPodsAreReportedNotReplaced(t *testing.T) {
 		assert.Empty(t, sc.Status.Identities)
 
 		// One Warning Event (not one per reconcile) says why, about the StatefulCluster and the pod.
-		evs := clusterEvents(t, f.ns, "c", clusterv1alpha1.ReasonClaimPending)
+		evs := testsupport.Events(t, suite.Client, f.ns, "StatefulCluster", "c", clusterv1alpha1.ReasonClaimPending)
 		require.Len(t, evs, 1)
 		assert.Nil(t, evs[0].Series, "recorded once, not repeated into a series")
 		assert.Equal(t, corev1.EventTypeWarning, evs[0].Type)
@@ -114,7 +111,9 @@ func TestStuckPodsAreReportedNotReplaced(t *testing.T) {
 				strings.Contains(c.Message, "u-0") && strings.Contains(c.Message, "Insufficient cpu")
 		}, wait, tick, "Stalled=True Unschedulable with the scheduler's message")
 		testsupport.NeverWithin(t, 3*time.Second, tick, func() bool { return f.pods("u")["u-1"] != nil }, "an unschedulable pod was replaced")
-		require.Eventually(t, func() bool { return len(clusterEvents(t, f.ns, "u", clusterv1alpha1.ReasonUnschedulable)) == 1 }, wait, tick)
+		require.Eventually(t, func() bool {
+			return len(testsupport.Events(t, suite.Client, f.ns, "StatefulCluster", "u", clusterv1alpha1.ReasonUnschedulable)) == 1
+		}, wait, tick)
 	})
 
 	t.Run("held-by-its-own-volumes-is-replaced", func(t *testing.T) {
@@ -145,18 +144,4 @@ func pvEvent(t *testing.T, claim *corev1.PersistentVolumeClaim, reason, message 
 		Reason: reason, Message: message, Type: corev1.EventTypeWarning, Count: 1,
 		FirstTimestamp: now, LastTimestamp: now, Source: corev1.EventSource{Component: "persistentvolume-controller"},
 	}))
-}
-
-// clusterEvents returns the Events of a reason about a StatefulCluster.
-func clusterEvents(t *testing.T, ns, name, reason string) []eventsv1.Event {
-	t.Helper()
-	var list eventsv1.EventList
-	require.NoError(t, suite.Client.List(context.Background(), &list, client.InNamespace(ns)))
-	var out []eventsv1.Event
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "StatefulCluster" && e.Regarding.Name == name && e.Reason == reason {
-			out = append(out, e)
-		}
-	}
-	return out
 }

@@ -11,9 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 	"github.com/statefulops/statefulops/shared/testsupport"
@@ -29,13 +27,13 @@ func TestWaitingStatesHaveEvents(t *testing.T) {
 		ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "later"}, Key: "x"}}}}
 	f.create(ests)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		evs := estsEvents(t, f.ns, f.name, extendedv1alpha1.ReasonReferenceNotFound)
+		evs := testsupport.Events(t, suite.Client, f.ns, "ExtendedStatefulSet", f.name, extendedv1alpha1.ReasonReferenceNotFound)
 		if assert.Len(c, evs, 1) {
 			assert.Equal(c, corev1.EventTypeWarning, evs[0].Type)
 		}
 	}, wait, tick, "ReferenceNotFound Event")
 	testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool {
-		evs := estsEvents(t, f.ns, f.name, extendedv1alpha1.ReasonReferenceNotFound)
+		evs := testsupport.Events(t, suite.Client, f.ns, "ExtendedStatefulSet", f.name, extendedv1alpha1.ReasonReferenceNotFound)
 		return len(evs) != 1 || evs[0].Series != nil
 	}, "the Event was recorded again while the state did not change")
 
@@ -48,23 +46,10 @@ func TestWaitingStatesHaveEvents(t *testing.T) {
 		e.Spec.Template.Spec.Template.Spec.Containers[0].Image = "app:2"
 	})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		evs := estsEvents(t, f.ns, f.name, extendedv1alpha1.ReasonCanaryRollout)
+		evs := testsupport.Events(t, suite.Client, f.ns, "ExtendedStatefulSet", f.name, extendedv1alpha1.ReasonCanaryRollout)
 		if assert.Len(c, evs, 1) {
 			assert.Equal(c, corev1.EventTypeNormal, evs[0].Type)
 			assert.True(c, strings.Contains(evs[0].Note, "canaries Ready"), evs[0].Note)
 		}
 	}, wait, tick, "CanaryRollout Event while the canary is not Ready")
-}
-
-// estsEvents returns the Events of a reason about an ExtendedStatefulSet.
-func estsEvents(t *testing.T, ns, name, reason string) []eventsv1.Event {
-	var list eventsv1.EventList
-	require.NoError(t, suite.Client.List(t.Context(), &list, client.InNamespace(ns)))
-	var out []eventsv1.Event
-	for _, e := range list.Items {
-		if e.Regarding.Kind == "ExtendedStatefulSet" && e.Regarding.Name == name && e.Reason == reason {
-			out = append(out, e)
-		}
-	}
-	return out
 }
