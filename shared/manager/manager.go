@@ -154,6 +154,30 @@ func run(ctx context.Context, opts Options, f *flags) error {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 
+	// Controllers and field indexes on a kind the API server does not serve yet fail at once ("no
+	// matches for kind"): wait for the binary's own kinds first (a fresh install applies the CRD and the
+	// Deployment together). Meanwhile /healthz answers, so the kubelet does not restart a process that
+	// only waits, and /readyz says what it waits for.
+	kinds, err := resourceKinds(opts.Schemes)
+	if err != nil {
+		return err
+	}
+	if len(kinds) > 0 {
+		dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
+		if err != nil {
+			return fmt.Errorf("creating the discovery client: %w", err)
+		}
+		stopProbes := serveProbesWhileWaiting(setupLog, f.probeAddr)
+		err = waitForKinds(ctx, setupLog, dc, kinds)
+		stopProbes()
+		if errors.Is(err, context.Canceled) {
+			return nil // stopped while waiting: a clean stop
+		}
+		if err != nil {
+			return fmt.Errorf("waiting for the API server to serve %v: %w", kinds, err)
+		}
+	}
+
 	var tlsOpts []func(*tls.Config)
 	if !f.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
@@ -215,26 +239,6 @@ func run(ctx context.Context, opts Options, f *flags) error {
 		// server to the manager now: the binary decides when it starts (see Options.Setup).
 		if err := mgr.AddReadyzCheck("webhook", webhookServer.StartedChecker()); err != nil {
 			return fmt.Errorf("adding the webhook readiness check: %w", err)
-		}
-	}
-
-	// Controllers and field indexes on a kind the API server does not serve yet fail at once ("no
-	// matches for kind"): wait for the binary's own kinds first (a fresh install applies the CRD and the
-	// Deployment together).
-	kinds, err := resourceKinds(opts.Schemes)
-	if err != nil {
-		return err
-	}
-	if len(kinds) > 0 {
-		dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
-		if err != nil {
-			return fmt.Errorf("creating the discovery client: %w", err)
-		}
-		if err := waitForKinds(ctx, setupLog, dc, kinds); err != nil {
-			if errors.Is(err, context.Canceled) {
-				return nil // stopped while waiting: a clean stop
-			}
-			return fmt.Errorf("waiting for the API server to serve %v: %w", kinds, err)
 		}
 	}
 

@@ -149,12 +149,21 @@ func TestRunWaitsForItsCRDInsteadOfExiting(t *testing.T) {
 				}))
 		},
 	})
+	probePort := freePort(t)
 	cmd.SetArgs([]string{
 		"--kubeconfig", kubeconfig,
 		"--leader-election-namespace", "default",
-		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", freePort(t)),
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort),
 		"--metrics-bind-address=0",
 	})
+	probe := func(path string) int {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", probePort, path))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
@@ -168,6 +177,9 @@ func TestRunWaitsForItsCRDInsteadOfExiting(t *testing.T) {
 		t.Fatal("Setup was called before the API server served the kind")
 	case <-time.After(3 * time.Second):
 	}
+	// While it waits it is alive (the kubelet must not restart it) but not ready.
+	assert.Equal(t, http.StatusOK, probe("/healthz"))
+	assert.Equal(t, http.StatusServiceUnavailable, probe("/readyz"))
 
 	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
 		Paths: []string{filepath.Join("..", "..", "lease-operator", "config", "crd", "bases")}, ErrorIfPathMissing: true,
@@ -189,6 +201,8 @@ func TestRunWaitsForItsCRDInsteadOfExiting(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the controller never reconciled the object created after the CRD was installed")
 	}
+	require.Eventually(t, func() bool { return probe("/readyz") == http.StatusOK }, 30*time.Second, 100*time.Millisecond,
+		"the manager's own probes serve once it runs")
 	select {
 	case err := <-done:
 		t.Fatalf("the command returned: %v", err)

@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -99,5 +101,34 @@ func waitForKinds(ctx context.Context, log logr.Logger, dc discovery.DiscoveryIn
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, maxServedBackoff)
+	}
+}
+
+// serveProbesWhileWaiting serves /healthz (200) and /readyz (503) on the probe address until the
+// returned function is called, which frees the address for the manager's own probe server. An address
+// that cannot be bound is logged and left alone: the manager reports it when it starts.
+func serveProbesWhileWaiting(log logr.Logger, addr string) (stop func()) {
+	if addr == "" || addr == "0" {
+		return func() {}
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Info("Not serving probes while waiting for the API server", "address", addr, "error", err.Error())
+		return func() {}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "waiting for the API server to serve the operator's kinds", http.StatusServiceUnavailable)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(l)
+	}()
+	return func() {
+		_ = srv.Close()
+		<-done
 	}
 }
