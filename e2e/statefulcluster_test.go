@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -258,6 +259,46 @@ func TestStatefulCluster(t *testing.T) {
 		}, timeout, tick, "whenReplaced=Retain: the replaced identity's claim is kept, labelled and listed")
 		_, err := client.CoreV1().PersistentVolumeClaims(ns).Get(t.Context(), "vols-data-3", metav1.GetOptions{})
 		assert.NoError(t, err, "the new identity has a claim of its own")
+	})
+
+	t.Run("claim-cannot-bind", func(t *testing.T) {
+		// A claim of a StorageClass that does not exist never binds, whatever provisioner the cluster
+		// has: its pod is kept and reported (Stalled, one Warning Event), not replaced every threshold
+		// by a new identity with a new claim.
+		ns := newNamespace(t)
+		c := watchIdentities(t, ns, "nobind", 2)
+		sc := newStatefulCluster("nobind", 2)
+		withDataClaim(sc)
+		sc.Spec.VolumeClaimTemplates[0].Spec.StorageClassName = ptr.To("no-such-class")
+		sc.Spec.PendingThresholdSeconds = ptr.To[int32](3)
+		createStatefulCluster(t, ns, sc)
+		var stalled *metav1.Condition
+		require.Eventually(t, func() bool {
+			got := getStatefulCluster(t, ns, "nobind")
+			if got == nil {
+				return false
+			}
+			stalled = meta.FindStatusCondition(got.Status.Conditions, clusterv1alpha1.ConditionStalled)
+			return stalled != nil && stalled.Status == metav1.ConditionTrue && stalled.Reason == clusterv1alpha1.ReasonClaimPending &&
+				strings.Contains(stalled.Message, "nobind-data-0") && strings.Contains(stalled.Message, "nobind-data-1")
+		}, timeout, 100*time.Millisecond, "Stalled=True ClaimPending naming both claims")
+		t.Logf("Stalled: %s", stalled.Message)
+		assert.Contains(t, stalled.Message, "no-such-class", "the PersistentVolume controller's reason")
+		testsupport.NeverWithin(t, 10*time.Second, 200*time.Millisecond, func() bool { n, _, _ := c.counts(); return n > 2 },
+			"a pod whose claim cannot bind was replaced")
+		claims, err := client.CoreV1().PersistentVolumeClaims(ns).List(t.Context(), metav1.ListOptions{})
+		require.NoError(t, err)
+		assert.Len(t, claims.Items, 2, "no claim beyond the live identities'")
+		evs, err := client.EventsV1().Events(ns).List(t.Context(), metav1.ListOptions{})
+		require.NoError(t, err)
+		warnings := 0
+		for _, e := range evs.Items {
+			if e.Regarding.Name == "nobind" && e.Reason == clusterv1alpha1.ReasonClaimPending && e.Type == corev1.EventTypeWarning {
+				warnings++
+				t.Logf("Event %s: %s", e.Reason, e.Note)
+			}
+		}
+		assert.GreaterOrEqual(t, warnings, 1, "a Warning Event says why")
 	})
 
 	t.Run("operator-sigkilled-during-scale-up", func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -151,6 +152,30 @@ func run(ctx context.Context, opts Options, f *flags) error {
 	restConfig, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+
+	// Controllers and field indexes on a kind the API server does not serve yet fail at once ("no
+	// matches for kind"): wait for the binary's own kinds first (a fresh install applies the CRD and the
+	// Deployment together). Meanwhile /healthz answers, so the kubelet does not restart a process that
+	// only waits, and /readyz says what it waits for.
+	kinds, err := resourceKinds(opts.Schemes)
+	if err != nil {
+		return err
+	}
+	if len(kinds) > 0 {
+		dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
+		if err != nil {
+			return fmt.Errorf("creating the discovery client: %w", err)
+		}
+		stopProbes := serveProbesWhileWaiting(setupLog, f.probeAddr)
+		err = waitForKinds(ctx, setupLog, dc, kinds)
+		stopProbes()
+		if errors.Is(err, context.Canceled) {
+			return nil // stopped while waiting: a clean stop
+		}
+		if err != nil {
+			return fmt.Errorf("waiting for the API server to serve %v: %w", kinds, err)
+		}
 	}
 
 	var tlsOpts []func(*tls.Config)

@@ -17,6 +17,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -24,6 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
 
 // A binary built on this bootstrap starts against a real API server, serves /healthz and /readyz and
@@ -111,6 +115,106 @@ func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
 	lease, err = clientset.CoordinationV1().Leases("default").Get(t.Context(), "test-operator.statefulops.dev", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.True(t, lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "", "the Lease is released on a clean stop")
+}
+
+// A fresh install applies the CRD and the Deployment together, so the operator may start before its
+// kind is served. The bootstrap waits for it (the controller's field index and watch would fail with
+// "no matches for kind") instead of exiting: once the CRD is installed, the controller reconciles and
+// the command never returned.
+func TestRunWaitsForItsCRDInsteadOfExiting(t *testing.T) {
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	kubeconfig := writeKubeconfig(t, cfg.Host, cfg.CAData, cfg.CertData, cfg.KeyData)
+
+	reconciled := make(chan string, 10)
+	setupCalled := make(chan struct{})
+	cmd := NewRootCommand(Options{
+		Name:             "test-operator",
+		LeaderElectionID: "test-operator-crd.statefulops.dev",
+		Schemes:          []func(*runtime.Scheme) error{leasev1.AddToScheme},
+		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
+			close(setupCalled)
+			// A field index on the kind, as extended-operator has: it fails at once on a kind not served.
+			if err := mgr.GetFieldIndexer().IndexField(ctx, &leasev1.StatefulSetLock{}, "spec.statefulSetName", func(o client.Object) []string {
+				return []string{o.(*leasev1.StatefulSetLock).Spec.StatefulSetName}
+			}); err != nil {
+				return err
+			}
+			return ctrl.NewControllerManagedBy(mgr).For(&leasev1.StatefulSetLock{}).
+				Complete(reconcile.Func(func(_ context.Context, req reconcile.Request) (reconcile.Result, error) {
+					reconciled <- req.Name
+					return reconcile.Result{}, nil
+				}))
+		},
+	})
+	probePort := freePort(t)
+	cmd.SetArgs([]string{
+		"--kubeconfig", kubeconfig,
+		"--leader-election-namespace", "default",
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort),
+		"--metrics-bind-address=0",
+	})
+	probe := func(path string) int {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", probePort, path))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+
+	// Without the CRD, the command neither sets up its controllers nor exits.
+	select {
+	case err := <-done:
+		t.Fatalf("the command returned before its CRD was installed: %v", err)
+	case <-setupCalled:
+		t.Fatal("Setup was called before the API server served the kind")
+	case <-time.After(3 * time.Second):
+	}
+	// While it waits it is alive (the kubelet must not restart it) but not ready.
+	assert.Equal(t, http.StatusOK, probe("/healthz"))
+	assert.Equal(t, http.StatusServiceUnavailable, probe("/readyz"))
+
+	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+		Paths: []string{filepath.Join("..", "..", "lease-operator", "config", "crd", "bases")}, ErrorIfPathMissing: true,
+	})
+	require.NoError(t, err)
+	scheme := runtime.NewScheme()
+	require.NoError(t, leasev1.AddToScheme(scheme))
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	require.NoError(t, err)
+	require.NoError(t, c.Create(t.Context(), &leasev1.StatefulSetLock{
+		ObjectMeta: metav1.ObjectMeta{Name: "after-crd", Namespace: "default"},
+		Spec:       leasev1.StatefulSetLockSpec{StatefulSetName: "db", LeaseName: "db-lease", LeaseDurationSeconds: 15},
+	}))
+	select {
+	case name := <-reconciled:
+		assert.Equal(t, "after-crd", name)
+	case err := <-done:
+		t.Fatalf("the command returned instead of reconciling: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the controller never reconciled the object created after the CRD was installed")
+	}
+	require.Eventually(t, func() bool { return probe("/readyz") == http.StatusOK }, 30*time.Second, 100*time.Millisecond,
+		"the manager's own probes serve once it runs")
+	select {
+	case err := <-done:
+		t.Fatalf("the command returned: %v", err)
+	default:
+	}
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command did not return after its context was cancelled")
+	}
 }
 
 func freePort(t *testing.T) int {

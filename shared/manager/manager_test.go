@@ -7,6 +7,10 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
 
 func TestRootCommandHasTheKubebuilderFlagsWithTheirDefaults(t *testing.T) {
@@ -64,4 +68,10 @@ func TestBinariesAddTheirOwnFlags(t *testing.T) {
 	}})
 	require.NoError(t, cmd.Flags().Parse([]string{"--own-flag=set"}))
 	assert.Equal(t, "set", value)
+}
+
+func TestResourceKindsAreTheBinarysOwnKinds(t *testing.T) {
+	kinds, err := resourceKinds([]func(*runtime.Scheme) error{leasev1.AddToScheme})
+	require.NoError(t, err)
+	assert.Equal(t, []schema.GroupVersionKind{leasev1.GroupVersion.WithKind("StatefulSetLock")}, kinds)
 }

@@ -18,8 +18,9 @@ import (
 // pod (AlreadyExists is success). A claim belongs to its identity only: when the identity is retired
 // and its pod is gone, the claim is deleted or kept (labelled enge.me/retired=true and listed in
 // status.retiredClaims) per persistentVolumeClaimRetentionPolicy: whenScaled for a scale-down,
-// whenReplaced for every other retirement. whenDeleted=Delete makes the StatefulCluster an owner of
-// every claim, so the garbage collector deletes them with it.
+// whenReplaced for every other retirement. A claim that never bound (it has no volume, so no data) is
+// deleted whatever the policy, so the claims left behind are only ones that hold data. whenDeleted=Delete
+// makes the StatefulCluster an owner of every claim, so the garbage collector deletes them with it.
 
 // maxRetiredClaims caps status.retiredClaims (the CRD's maxItems).
 const maxRetiredClaims = 1000
@@ -141,14 +142,23 @@ func (w *work) retireClaims(ctx context.Context) {
 		case !known && policy.WhenScaled == clusterv1alpha1.RetainClaimRetentionPolicy:
 			keep = clusterv1alpha1.RetainClaimRetentionPolicy // reason lost: keep the data
 		}
+		neverBound := !claimBound(claim)
+		if neverBound {
+			// It never had a volume, so it holds no data: whatever the policy, it is not left behind.
+			keep = clusterv1alpha1.DeleteClaimRetentionPolicy
+		}
 		if keep == clusterv1alpha1.DeleteClaimRetentionPolicy {
 			if err := w.r.Client.Delete(ctx, claim, client.Preconditions{UID: &claim.UID}); client.IgnoreNotFound(err) != nil {
 				w.fail("deleting claim %s: %v", claim.Name, err)
 				continue
 			}
 			claimsRetired.WithLabelValues(w.sc.Namespace, w.sc.Name, "Delete").Inc()
+			note := ""
+			if neverBound {
+				note = " (never bound: it held no data)"
+			}
 			w.r.Recorder.Eventf(w.sc, claim, corev1.EventTypeNormal, "ClaimDeleted", "Delete",
-				"Deleted claim %s of retired identity %s", claim.Name, identity)
+				"Deleted claim %s of retired identity %s%s", claim.Name, identity, note)
 			continue
 		}
 		orig := claim.DeepCopy()

@@ -42,6 +42,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;delete;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get;list;watch;create;update;delete
+// The PersistentVolume controller says why a claim does not bind only in Events (stuck.go).
+// +kubebuilder:rbac:groups="",resources=events,verbs=list
 
 // indexPodNode indexes pods by node, to find the StatefulClusters a node's readiness concerns.
 const indexPodNode = "spec.nodeName"
@@ -164,6 +166,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, sc *clusterv1alpha1.Stateful
 			return reconcile.Result{Requeue: true}, nil
 		}
 		err = errors.Join(err, serr)
+	} else {
+		w.waitingEvents(orig.Status.Conditions)
 	}
 	if err == nil && len(w.failures) > 0 {
 		// Retried with the workqueue's backoff; the other steps of this reconcile were done.
@@ -252,7 +256,7 @@ func (w *work) run(ctx context.Context) error {
 	if err := w.loadClaims(ctx); err != nil {
 		return err
 	}
-	w.judgePods()
+	w.judgePods(ctx)
 	w.recordGone()
 	w.retire(ctx)
 	w.rollingUpdate(ctx)
@@ -356,7 +360,11 @@ func podCreated(m *member) time.Time {
 }
 
 // judgePods decides, per pod, whether it counts toward replicas and whether it must be retired.
-func (w *work) judgePods() {
+func (w *work) judgePods(ctx context.Context) {
+	claims := map[string]*corev1.PersistentVolumeClaim{}
+	for i := range w.claims {
+		claims[w.claims[i].Name] = &w.claims[i]
+	}
 	for _, m := range w.pods {
 		if m.pod == nil {
 			continue
@@ -376,7 +384,8 @@ func (w *work) judgePods() {
 		if ready {
 			w.r.mem.markReady(pod.UID)
 		}
-		m.verdict = judge(w.sc, pod, node, w.r.mem.wasReady(pod.UID) || everReady(pod), w.now)
+		m.verdict = judge(w.sc, pod, node, w.r.mem.wasReady(pod.UID) || everReady(pod), w.now,
+			func() *stuck { return w.whyStuck(ctx, pod, claims) })
 		w.later(m.verdict.recheck)
 		// A finished pod's containers have stopped: it no longer counts, even while it cannot be deleted.
 		m.live = !finished

@@ -22,6 +22,7 @@ const outOfServiceTaint = "node.kubernetes.io/out-of-service"
 type verdict struct {
 	reason  clusterv1alpha1.RetirementReason // empty: keep the pod
 	message string
+	stuck   *stuck    // kept although past pendingThresholdSeconds: replacing it cannot help (stuck.go)
 	since   time.Time // when the pod became unusable, for the replacement-latency metric
 	recheck time.Time // when a rule that has not fired yet would fire; zero: none
 }
@@ -64,8 +65,9 @@ func nodeLost(sc *clusterv1alpha1.StatefulCluster, node *corev1.Node, now time.T
 }
 
 // judge applies the replacement rules to a pod that is not terminating. wasReady says whether the
-// operator has seen the pod Ready before.
-func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.Node, wasReady bool, now time.Time) verdict {
+// operator has seen the pod Ready before. whyStuck, when not nil, says why replacing a Pending pod
+// cannot help (stuck.go); it is asked only once the pod is past pendingThresholdSeconds.
+func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.Node, wasReady bool, now time.Time, whyStuck func() *stuck) verdict {
 	var v verdict
 	switch pod.Status.Phase {
 	case corev1.PodFailed, corev1.PodSucceeded:
@@ -89,7 +91,16 @@ func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.No
 	if pod.Status.Phase == "" || pod.Status.Phase == corev1.PodPending {
 		threshold := time.Duration(ptrValue(sc.Spec.PendingThresholdSeconds)) * time.Second
 		created := pod.CreationTimestamp.Time
+		if c := podScheduled(pod); c != nil && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(created) {
+			// Scheduled at last (e.g. once its claim bound): the pod gets the threshold again to start.
+			created = c.LastTransitionTime.Time
+		}
 		if now.Sub(created) >= threshold {
+			if whyStuck != nil {
+				if v.stuck = whyStuck(); v.stuck != nil {
+					return v // reported, not replaced; a change of the pod or its claims wakes the reconcile
+				}
+			}
 			v.reason, v.since = clusterv1alpha1.RetiredPending, created.Add(threshold)
 			v.message = fmt.Sprintf("pending for %ds", int(now.Sub(created).Seconds()))
 			return v

@@ -55,7 +55,8 @@ func TestJudge(t *testing.T) {
 		wasReady bool
 		mod      func(*clusterv1alpha1.StatefulCluster)
 		want     clusterv1alpha1.RetirementReason
-		recheck  int // seconds from now, 0: none
+		recheck  int    // seconds from now, 0: none
+		stuck    *stuck // what whyStuck says
 	}{
 		{name: "healthy", pod: runningPod(true, 100), node: ready},
 		{name: "failed", pod: func() *corev1.Pod { p := runningPod(true, 1); p.Status.Phase = corev1.PodFailed; return p }(), node: ready, want: clusterv1alpha1.RetiredFailed},
@@ -66,6 +67,11 @@ func TestJudge(t *testing.T) {
 			mod: func(sc *clusterv1alpha1.StatefulCluster) { sc.Spec.StartupThresholdSeconds = ptr.To[int32](60) }, want: clusterv1alpha1.RetiredUnhealthy},
 		{name: "pending past threshold", pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: ago(700)}, Status: corev1.PodStatus{Phase: corev1.PodPending}},
 			want: clusterv1alpha1.RetiredPending},
+		{name: "pending past threshold, replacing cannot help", pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: ago(700)}, Status: corev1.PodStatus{Phase: corev1.PodPending}},
+			stuck: &stuck{pod: "p", claim: "c", reason: clusterv1alpha1.ReasonClaimPending}},
+		{name: "pending, scheduled only 100s ago", pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: ago(700)}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: ago(100)}}}},
+			stuck: &stuck{pod: "p", claim: "c", reason: clusterv1alpha1.ReasonClaimPending}, recheck: 500},
 		{name: "pending within threshold", pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: ago(100)}, Status: corev1.PodStatus{Phase: corev1.PodPending}},
 			recheck: 500},
 		{name: "node lost past tolerance", pod: runningPod(true, 1000), node: node(corev1.ConditionUnknown, 301), want: clusterv1alpha1.RetiredNodeLost},
@@ -81,8 +87,11 @@ func TestJudge(t *testing.T) {
 			if tc.mod != nil {
 				tc.mod(sc)
 			}
-			v := judge(sc, tc.pod, tc.node, tc.wasReady, now)
+			v := judge(sc, tc.pod, tc.node, tc.wasReady, now, func() *stuck { return tc.stuck })
 			assert.Equal(t, tc.want, v.reason, v.message)
+			if tc.want == "" && tc.recheck == 0 {
+				assert.Equal(t, tc.stuck, v.stuck)
+			}
 			if tc.recheck == 0 {
 				assert.True(t, v.recheck.IsZero(), "recheck %s", v.recheck)
 			} else {

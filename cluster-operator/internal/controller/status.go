@@ -150,6 +150,29 @@ func (w *work) applyStatus(err error) {
 		}
 	}
 	msg := fmt.Sprintf("%d live, %d ready, %d updated of %d replicas; next identity %d", live, ready, updated, replicas, st.NextIdentity)
+	// Pods kept Pending because replacing them cannot help (stuck.go): Stalled until the cluster changes.
+	// The message names no counters or durations, so that its Event is recorded once per change.
+	var stuckReason string
+	var stuckMsgs []string
+	for _, m := range w.pods {
+		if s := m.verdict.stuck; s != nil && !m.terminating {
+			if stuckReason == "" {
+				stuckReason = s.reason
+			}
+			stuckMsgs = append(stuckMsgs, s.message())
+		}
+	}
+	if stuckReason != "" {
+		stalled := truncate(strings.Join(stuckMsgs, "; "), 4000)
+		set(clusterv1alpha1.ConditionStalled, true, stuckReason, stalled)
+		if progress == "" {
+			set(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
+			set(clusterv1alpha1.ConditionReady, false, stuckReason, stalled)
+			return
+		}
+	} else {
+		meta.RemoveStatusCondition(&st.Conditions, clusterv1alpha1.ConditionStalled)
+	}
 	if progress != "" {
 		set(clusterv1alpha1.ConditionProgressing, true, progress, msg)
 		set(clusterv1alpha1.ConditionReady, false, progress, msg)

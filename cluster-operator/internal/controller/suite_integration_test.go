@@ -43,8 +43,33 @@ const (
 )
 
 // holdAnnotation keeps the fake kubelet away from a pod: "pending" leaves it unscheduled, "notready"
-// runs it without Ready.
+// runs it without Ready; "claimpending", "unschedulable" and "volumeconflict" leave it unscheduled with
+// the scheduler's verdict (unschedulable), the first one with its claims not bound.
 const holdAnnotation = "test.statefulops.dev/hold"
+
+// unschedulable are the kube-scheduler's PodScheduled=False messages for the holds that have one.
+var unschedulable = map[string]string{
+	"claimpending":   "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
+	"unschedulable":  "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod.",
+	"volumeconflict": "0/2 nodes are available: 2 node(s) had volume node affinity conflict. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
+}
+
+// bindClaim gives a claim a volume, as the PersistentVolume controller does once a volume exists (the
+// volume object itself is not needed here).
+func bindClaim(ctx context.Context, ns, name string) {
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := suite.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, claim); err != nil || claim.Status.Phase == corev1.ClaimBound {
+		return
+	}
+	if claim.Spec.VolumeName == "" {
+		claim.Spec.VolumeName = "pv-" + string(claim.UID)
+		if err := suite.Client.Update(ctx, claim); err != nil {
+			return
+		}
+	}
+	claim.Status.Phase = corev1.ClaimBound
+	_ = suite.Client.Status().Update(ctx, claim)
+}
 
 func TestMain(m *testing.M) {
 	os.Exit(testsupport.RunSuiteWith(m, &suite, filepath.Join("..", "..", "config", "crd", "bases"), func() error {
@@ -228,6 +253,24 @@ func (f *fixture) kubeletStep(ctx context.Context, pod *corev1.Pod) {
 			if err != nil {
 				return
 			}
+		}
+		// As the PersistentVolume controller and a provisioner do, the pod's claims get a volume, unless
+		// the test holds them back; then, or when the test makes the pod unschedulable, the scheduler
+		// says so in PodScheduled and does not bind the pod.
+		if hold != "claimpending" {
+			for _, v := range pod.Spec.Volumes {
+				if v.PersistentVolumeClaim != nil {
+					bindClaim(ctx, pod.Namespace, v.PersistentVolumeClaim.ClaimName)
+				}
+			}
+		}
+		if msg, ok := unschedulable[hold]; ok {
+			if c := podScheduled(pod); c == nil || c.Message != msg {
+				pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+					Reason: corev1.PodReasonUnschedulable, Message: msg, LastTransitionTime: metav1.Now()}}
+				_ = suite.Client.Status().Update(ctx, pod)
+			}
+			return
 		}
 		node := "node-a"
 		if pod.Annotations["test.statefulops.dev/node"] != "" {

@@ -194,8 +194,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, ests *extendedv1alpha1.Exten
 		o.errMessage = err.Error()
 	}
 	r.applyStatus(ests, o)
-	if serr := r.patchStatus(ctx, ests, orig); serr != nil && err == nil {
-		err = serr
+	if serr := r.patchStatus(ctx, ests, orig); serr != nil {
+		if err == nil {
+			err = serr
+		}
+	} else {
+		r.waitingEvent(ests, orig)
 	}
 	if err != nil {
 		return reconcile.Result{}, err

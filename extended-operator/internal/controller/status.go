@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // outcome is what one reconcile found and did, from which the status is computed.
@@ -390,4 +392,20 @@ func (r *Reconciler) patchStatus(ctx context.Context, ests, orig *extendedv1alph
 // event records an Event about the ExtendedStatefulSet, related to one of its StatefulSets.
 func (r *Reconciler) event(ests *extendedv1alpha1.ExtendedStatefulSet, related runtime.Object, eventType, reason, action, format string, args ...any) {
 	r.Recorder.Eventf(ests, related, eventType, reason, action, format, args...)
+}
+
+// waitingEvent records an Event when the ExtendedStatefulSet enters a waiting state (Ready turns False
+// or changes its reason: pods not Ready yet, a canary not Ready, an upgrade Job running, a missing
+// ConfigMap or Secret, a stale version, ...), once per entry, so kubectl describe says why it waits.
+// A Warning when only a change can unblock it (an error, a missing reference, a stale version).
+func (r *Reconciler) waitingEvent(ests, orig *extendedv1alpha1.ExtendedStatefulSet) {
+	eventType := corev1.EventTypeNormal
+	if c := meta.FindStatusCondition(ests.Status.Conditions, extendedv1alpha1.ConditionReady); c != nil &&
+		(c.Reason == "ReconcileError" || c.Reason == extendedv1alpha1.ReasonReferenceNotFound ||
+			meta.IsStatusConditionTrue(ests.Status.Conditions, extendedv1alpha1.ConditionStale)) {
+		eventType = corev1.EventTypeWarning
+	}
+	opsutil.EventOnTransition(r.Recorder, ests, nil, orig.Status.Conditions, ests.Status.Conditions, opsutil.Transition{
+		Type: extendedv1alpha1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
+	})
 }

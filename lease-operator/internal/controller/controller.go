@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
@@ -188,10 +189,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLoc
 		o = outcome{state: leasev1.ReasonReconcileError, message: err.Error()}
 	}
 	applyStatus(lock, o)
-	if serr := r.patchStatus(ctx, lock, orig); serr != nil && err == nil {
-		err = serr
+	if serr := r.patchStatus(ctx, lock, orig); serr != nil {
+		if err == nil {
+			err = serr
+		}
+	} else {
+		r.waitingEvent(lock, orig)
 	}
 	return result, err
+}
+
+// waitingEvent records an Event when the lock enters a state in which it has no working writer (no
+// StatefulSet, no Ready pod, a failover delayed, a conflict, an error), once per entry: kubectl describe
+// says why it waits. A Warning for the error states.
+func (r *Reconciler) waitingEvent(lock, orig *leasev1.StatefulSetLock) {
+	eventType := corev1.EventTypeNormal
+	if c := meta.FindStatusCondition(lock.Status.Conditions, leasev1.ConditionReady); c != nil && errorStates[c.Reason] {
+		eventType = corev1.EventTypeWarning
+	}
+	opsutil.EventOnTransition(r.Recorder, lock, nil, orig.Status.Conditions, lock.Status.Conditions, opsutil.Transition{
+		Type: leasev1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
+	})
 }
 
 // reconcileLock runs one election and makes the pods and the Lease agree with it.
@@ -219,10 +237,7 @@ func (r *Reconciler) reconcileLock(ctx context.Context, lock *leasev1.StatefulSe
 		return reconcile.Result{}, outcome{}, err
 	}
 	if lease != nil && !ownedBy(lease, lock) {
-		if !conditionIs(lock, leasev1.ConditionError, metav1.ConditionTrue, leasev1.ReasonLeaseConflict) {
-			r.Recorder.Eventf(lock, nil, corev1.EventTypeWarning, leasev1.ReasonLeaseConflict, "Elect",
-				"Lease %s exists and is not owned by this StatefulSetLock; it is left untouched", lease.Name)
-		}
+		// The Warning Event is the waiting state's (waitingEvent).
 		return retry, outcome{state: leasev1.ReasonLeaseConflict,
 			message: fmt.Sprintf("Lease %s exists and is not owned by this StatefulSetLock; it is left untouched", lease.Name)}, nil
 	}
@@ -449,12 +464,6 @@ func statefulSetMeta(name string) *metav1.PartialObjectMetadata {
 
 func podRef(namespace, name string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: name}
-}
-
-// conditionIs reports whether the lock's condition has that status and reason.
-func conditionIs(lock *leasev1.StatefulSetLock, condType string, status metav1.ConditionStatus, reason string) bool {
-	c := meta.FindStatusCondition(lock.Status.Conditions, condType)
-	return c != nil && c.Status == status && c.Reason == reason
 }
 
 func orDefault(s, def string) string {

@@ -382,7 +382,10 @@ func TestRecreatedTerminatingAndNodeNotReady(t *testing.T) {
 	require.NoError(t, suite.Client.Delete(t.Context(), f.pod(writer)))
 	other := map[string]string{"db-0": "db-1", "db-1": "db-0"}[writer]
 	f.waitWriter(other, "")
-	assert.Equal(t, leasev1.FailoverReasonWriterTerminating, f.lock("lock").Status.LastFailoverReason)
+	// The pods' labels change before the lock's status is written: wait for the status too.
+	require.Eventually(t, func() bool {
+		return f.lock("lock").Status.LastFailoverReason == leasev1.FailoverReasonWriterTerminating
+	}, wait, tick, "lastFailoverReason WriterTerminating")
 
 	// A third pod on node-b becomes the writer (switchover), then node-b goes NotReady: its pod's Ready
 	// is still True in the API, the node's condition moves the writer.

@@ -219,6 +219,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	for _, e := range s.events {
 		r.Recorder.Eventf(e.regarding, nil, e.kind, e.reason, e.reason, "%s", e.note)
 	}
+	r.waitingEvents(s, orig)
 	if s.overheadStart != nil {
 		stepOverhead.Observe(time.Since(*s.overheadStart).Seconds())
 	}

@@ -1,10 +1,15 @@
 package controller
 
 import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // setConditions derives the conditions from the phase.
@@ -28,4 +33,49 @@ func setConditions(pr *rolloutv1alpha1.PhasedRollout) {
 	set(rolloutv1alpha1.ConditionUpdated, phase == rolloutv1alpha1.PhaseUpdated, reason, msg)
 	set(rolloutv1alpha1.ConditionProgressing, phase == rolloutv1alpha1.PhaseRolling || phase == rolloutv1alpha1.PhaseVerifying, reason, msg)
 	set(rolloutv1alpha1.ConditionDegraded, bad, reason, msg)
+}
+
+// waitingEvents records, once the status is written, an Event when the rollout enters a waiting state,
+// once per entry, so kubectl describe says why it waits: Ready turning False (StatefulSet missing,
+// cannot manage it, failed) unless this reconcile already announced the change, and each step that
+// waits on a pod (to be updated and Ready, every pod available, the initial delay, the checks, a check
+// that could not be evaluated).
+func (r *Reconciler) waitingEvents(s *scope, orig *rolloutv1alpha1.PhasedRollout) {
+	pr := s.pr
+	if r.stepEvent(pr, orig) || len(s.events) > 0 {
+		return
+	}
+	opsutil.EventOnTransition(r.Recorder, pr, nil, orig.Status.Conditions, pr.Status.Conditions, opsutil.Transition{
+		Type: rolloutv1alpha1.ConditionReady, Status: metav1.ConditionFalse, EventType: corev1.EventTypeWarning, Action: "Wait",
+	})
+}
+
+// stepEvent records the Event of a step that starts waiting (another state or another pod) and reports
+// whether it did.
+func (r *Reconciler) stepEvent(pr, orig *rolloutv1alpha1.PhasedRollout) bool {
+	step := pr.Status.RollingPodStatus
+	if step == nil || step.Status == "" {
+		return false
+	}
+	if was := orig.Status.RollingPodStatus; was != nil && was.Status == step.Status && was.Pod == step.Pod {
+		return false
+	}
+	eventType, note := corev1.EventTypeNormal, ""
+	switch step.Status {
+	case rolloutv1alpha1.StepWaitForPodToBeUpdated:
+		note = fmt.Sprintf("Waiting for pod %s to run revision %s and be Ready (partition %d)", step.Pod, pr.Status.UpdateRevision, ptr.Deref(step.Partition, 0))
+	case rolloutv1alpha1.StepWaitForAllPodsToBeAvailable:
+		note = fmt.Sprintf("Waiting for every pod of StatefulSet %s to be available before checking pod %s", pr.Spec.TargetRef, step.Pod)
+	case rolloutv1alpha1.StepWaitForInitialDelay:
+		note = fmt.Sprintf("Waiting check.initialDelaySeconds before the first check of pod %s", step.Pod)
+	case rolloutv1alpha1.StepWaitForChecks:
+		note = fmt.Sprintf("Waiting for the checks of pod %s to pass check.successThreshold times in a row", step.Pod)
+	case rolloutv1alpha1.StepPrometheusError:
+		eventType = corev1.EventTypeWarning
+		note = fmt.Sprintf("The check of pod %s could not be evaluated (it does not count as a pass): %s", step.Pod, pr.Status.LastError)
+	default:
+		return false
+	}
+	r.Recorder.Eventf(pr, nil, eventType, string(step.Status), "Wait", "%s", note)
+	return true
 }

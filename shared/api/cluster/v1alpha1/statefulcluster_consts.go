@@ -13,6 +13,11 @@ const (
 	// ConditionReplicaFailure is True when a pod or claim could not be created or deleted; the message
 	// says which and why.
 	ConditionReplicaFailure = "ReplicaFailure"
+	// ConditionStalled is True while a pod has been Pending past spec.pendingThresholdSeconds for a
+	// reason that replacing it by a new identity cannot fix (its claim cannot bind, or the scheduler
+	// finds no node for it): the pod is kept and reported instead of replaced. The kstatus convention:
+	// only a change in the cluster (a provisioner, a node, a spec change) unblocks it.
+	ConditionStalled = "Stalled"
 	// ConditionMembershipHookFailed is True while a membership hook with failurePolicy Fail is failing
 	// and holds a pod back.
 	ConditionMembershipHookFailed = "MembershipHookFailed"
@@ -42,6 +47,13 @@ const (
 	ReasonDeleteFailed = "DeleteFailed"
 	// ReasonHookFailed: a membership hook call failed.
 	ReasonHookFailed = "HookFailed"
+	// ReasonClaimPending: a Pending pod waits for a claim that cannot bind (no StorageClass or
+	// provisioner, provisioning failed, no matching PersistentVolume); a new identity's claims would
+	// come from the same templates and wait the same way.
+	ReasonClaimPending = "ClaimPending"
+	// ReasonUnschedulable: the scheduler finds no node for a Pending pod for a reason its claims do not
+	// cause (resources, affinity, taints); a new identity would be the same pod.
+	ReasonUnschedulable = "Unschedulable"
 	// ReasonHookSucceeded: the last membership hook call succeeded.
 	ReasonHookSucceeded = "HookSucceeded"
 )
