@@ -205,7 +205,10 @@ type StatefulClusterSpec struct {
 
 	// pendingThresholdSeconds is how long, in seconds, a pod may stay Pending (e.g. unschedulable because
 	// its claim is bound in a lost zone) before it is replaced by a new identity. Measured from the pod's
-	// creation. A Pending pod never blocks the rest of the reconcile. Defaults to 600.
+	// creation, or from when it was scheduled if that is later. A pod that a new identity could not help
+	// (one of its claims is not bound, or the scheduler finds no node for reasons other than its own
+	// volumes) is kept and reported instead (Stalled=True, reason ClaimPending or Unschedulable, and a
+	// Warning Event). A Pending pod never blocks the rest of the reconcile. Defaults to 600.
 	// +optional
 	// +kubebuilder:default=600
 	// +kubebuilder:validation:Minimum=0
@@ -367,7 +370,7 @@ type PersistentVolumeClaimRetentionPolicy struct {
 	// whenReplaced applies to the claims of identities replaced by a new identity (lost node, unhealthy,
 	// failed, pending, updated, deleted pod): Retain (the default) or Delete, once the old pod is gone.
 	// Retained claims are labelled enge.me/retired=true and listed in status.retiredClaims; they are
-	// never reused.
+	// never reused. A claim that never bound (it holds no data) is deleted whatever this says.
 	// +optional
 	// +kubebuilder:default=Retain
 	WhenReplaced ClaimRetentionPolicyType `json:"whenReplaced,omitempty"`
@@ -513,7 +516,8 @@ type StatefulClusterStatus struct {
 	// conditions describe the state in detail: "Ready" (the summary: replicas pods are live and Ready
 	// and no update is in progress), "Available" (at least spec.replicas pods are available),
 	// "Progressing" (pods are being created, replaced or updated), "ReplicaFailure" (a pod or claim could
-	// not be created or deleted) and "MembershipHookFailed".
+	// not be created or deleted), "MembershipHookFailed" and "Stalled" (a pod cannot start and replacing it
+	// cannot help: reason ClaimPending or Unschedulable).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
