@@ -118,9 +118,10 @@ fuzz: ## Run every Go fuzz target for FUZZTIME each (their seed corpora run in `
 ##@ Build
 
 # Every binary of the project: the operators, the webhook server, and the e2e test app and pod sandbox
-# (pause) that the local cluster's real node runs, and the singleton's in-pod start hold (wrapper, sidecar). The package's last element is the binary's name.
+# (pause) that the local cluster's real node runs, the local cluster's volume provisioner, and the singleton's in-pod start hold (wrapper, sidecar). The package's last element is the binary's name.
 BUILD_PACKAGES := $(addprefix ./,$(BINARIES)) ./singleton-operator/cmd/singleton-wrapper \
-	./singleton-operator/cmd/status-sidecar ./e2e/cmd/testapp ./e2e/cmd/pause
+	./singleton-operator/cmd/status-sidecar ./e2e/cmd/testapp ./e2e/cmd/pause \
+	./e2e/cmd/local-provisioner
 BUILD_NAMES    := $(notdir $(BUILD_PACKAGES))
 # Image tarballs of `make images`: docker-save layout, tags statefulops/<name>:$(VERSION).
 IMAGES_DIR ?= $(CACHE)/images/$(VERSION)

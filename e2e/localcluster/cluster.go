@@ -56,6 +56,9 @@ type Options struct {
 	// ImagesDir holds the image tarballs the real node imports (pause.tar is its sandbox image).
 	// Default: $STATEFULOPS_IMAGES, else $HOME/.cache/statefulops/images/v<VERSION of the repo>.
 	ImagesDir string
+	// ProvisionerBin is the local-provisioner binary (e2e/cmd/local-provisioner, built by `make build`)
+	// that serves the default StorageClass. Default: $STATEFULOPS_BIN/local-provisioner.
+	ProvisionerBin string
 	// Log receives one line per step and kwokctl's output. Default: discarded.
 	Log io.Writer
 }
@@ -164,6 +167,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.ensureStorageClass(ctx); err != nil {
 		return nil, err
 	}
 	if c.realNode {
@@ -337,6 +343,10 @@ func DownExisting(ctx context.Context, stateDir string) error {
 	if err := newKwokctl(opts).down(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	// The volumes' directories, once nothing (the real node's kubelet) has them mounted any more.
+	if err := os.RemoveAll(volumesDir(opts.StateDir)); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -390,6 +400,11 @@ func (o Options) withDefaults() (Options, error) {
 			}
 		}
 	}
+	if o.ProvisionerBin == "" {
+		if bin := os.Getenv("STATEFULOPS_BIN"); bin != "" {
+			o.ProvisionerBin = filepath.Join(bin, provisionerComponent)
+		}
+	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -408,6 +423,12 @@ func (o Options) checkBinaries() error {
 				missing = append(missing, filepath.Join(dir, name))
 			}
 		}
+	}
+	if o.ProvisionerBin == "" {
+		return errors.New("no local-provisioner binary: set STATEFULOPS_BIN (the Makefile sets it) to the directory of `make build`'s binaries")
+	}
+	if _, err := os.Stat(o.ProvisionerBin); err != nil {
+		missing = append(missing, o.ProvisionerBin+" (make build)")
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("local cluster binaries missing (build them with the Makefile, or set STATEFULOPS_KUBE_BIN / STATEFULOPS_KWOK_BIN): %v", missing)

@@ -146,6 +146,12 @@ func (k *kwokctl) config() []byte {
 	for _, arg := range k.apiServerArgs() {
 		fmt.Fprintf(&b, "  - key: %q\n    value: %q\n", arg[0], arg[1])
 	}
+	// The volume provisioner is a component of the cluster: kwokctl starts it with the others, records
+	// its pid and log beside theirs, and stops it on delete.
+	fmt.Fprintf(&b, "components:\n- name: %s\n  binary: %q\n  workDir: %q\n  args:\n", provisionerComponent, k.opts.ProvisionerBin, k.clusterDir())
+	for _, arg := range k.provisionerArgs() {
+		fmt.Fprintf(&b, "  - %q\n", arg)
+	}
 	b.Write(Stages())
 	return b.Bytes()
 }
