@@ -29,9 +29,8 @@ import (
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 )
 
-// Helpers of statefulcluster_test.go: cluster-operator as a local process, a tiny volume provisioner
-// (kwok has no storage: the test binds every claim of its namespace to a PersistentVolume it
-// creates, as a provisioner would) and the invariant checker.
+// Helpers of statefulcluster_test.go: cluster-operator as a local process and the invariant checker.
+// Claims bind through the cluster's default StorageClass (the local cluster's provisioner).
 
 var statefulClusterGVR = schema.GroupVersionResource{Group: "enge.me", Version: "v1alpha1", Resource: "statefulclusters"}
 

@@ -172,6 +172,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := c.ensureStorageClass(ctx); err != nil {
 		return nil, err
 	}
+	if err := c.ensureRealNodeSteering(ctx); err != nil {
+		return nil, err
+	}
 	if c.realNode {
 		if err := c.upRealNode(ctx, k); err != nil {
 			// realnode.Start has cleaned up after itself; a cluster Up created goes too.

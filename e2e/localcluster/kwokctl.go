@@ -92,9 +92,6 @@ func (k *kwokctl) createArgs() []string {
 // when a second component gets more than one flag.
 func (k *kwokctl) apiServerArgs() [][2]string {
 	return [][2]string{
-		// Namespaces annotated scheduler.alpha.kubernetes.io/node-selector and
-		// scheduler.alpha.kubernetes.io/defaultTolerations put their pods on the real node unchanged.
-		{"enable-admission-plugins", "PodNodeSelector,PodTolerationRestriction"},
 		// logs, exec and port-forward: the API server calls the kubelet with this client certificate
 		// (kwokctl's admin, group system:masters), which the kubelet's webhook authorizer accepts.
 		{"kubelet-client-certificate", filepath.Join(k.clusterDir(), "pki", "admin.crt")},
