@@ -123,6 +123,8 @@ BUILD_PACKAGES := $(addprefix ./,$(BINARIES)) ./singleton-operator/cmd/singleton
 	./singleton-operator/cmd/status-sidecar ./e2e/cmd/testapp ./e2e/cmd/pause \
 	./e2e/cmd/local-provisioner
 BUILD_NAMES    := $(notdir $(BUILD_PACKAGES))
+# local-provisioner runs as a process of the local cluster (kwokctl starts it), never in a container.
+IMAGE_NAMES    := $(filter-out local-provisioner,$(BUILD_NAMES))
 # Image tarballs of `make images`: docker-save layout, tags statefulops/<name>:$(VERSION).
 IMAGES_DIR ?= $(CACHE)/images/$(VERSION)
 export STATEFULOPS_IMAGES := $(IMAGES_DIR)
@@ -138,7 +140,7 @@ build: ## Build every binary (static, version-stamped) into $(BIN_DIR).
 .PHONY: images
 images: build ## Package every binary as an image tarball in $(IMAGES_DIR) (no Docker needed).
 	mkdir -p $(IMAGES_DIR)
-	cd e2e && go run ./cmd/images -out $(IMAGES_DIR) -version $(VERSION) $(foreach n,$(BUILD_NAMES),$(n)=$(BIN_DIR)/$(n))
+	cd e2e && go run ./cmd/images -out $(IMAGES_DIR) -version $(VERSION) $(foreach n,$(IMAGE_NAMES),$(n)=$(BIN_DIR)/$(n))
 
 ##@ Generate and verify
 

@@ -3,13 +3,17 @@
 // `kwokctl create cluster --runtime binary` from binaries built beforehand (nothing is downloaded),
 // and kwok simulates the nodes and the pod lifecycle with the honest Stages under stages/. Where the
 // machine allows it, one real node (package realnode: containerd, kubelet, kube-proxy) joins beside
-// the kwok nodes; kwok leaves it alone, and only pods that select and tolerate it run there.
+// the kwok nodes; kwok leaves it alone, and only pods that select and tolerate it run there: the pods
+// of RealNodeNamespaces (the operators' namespaces) get both from a MutatingAdmissionPolicy of the
+// cluster (steering.go). The default StorageClass "local" is served by local-provisioner, a component
+// kwokctl runs beside the control plane, so every claim binds (provisioner.go).
 //
 // All state lives under one state dir (by default <repo>/.local): kwokctl's workdir in kwok/ (the
 // running components' logs in kwok/clusters/statefulops/logs/), the kwokctl config in
 // kwokctl-config.yaml, kwokctl's output in kwokctl.log, the admin kubeconfig in kubeconfig, and the
-// component logs of the last deleted cluster in logs/, the real node in realnode/. Up reuses a healthy
-// cluster and replaces a stale one; Down leaves no process running and the host as it was.
+// component logs of the last deleted cluster in logs/, the real node in realnode/, the provisioned
+// volumes in volumes/. Up reuses a healthy cluster and replaces a stale one; Down leaves no process
+// running and the host as it was.
 package localcluster
 
 import (
