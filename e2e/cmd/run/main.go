@@ -141,6 +141,8 @@ func up(ctx context.Context, root, stateDir string) error {
 	if onRealNode {
 		demoNamespaces = append(demoNamespaces, "statefulops-demo")
 	}
+	fmt.Printf("run: cluster, operators and samples up in %s; waiting for the demo to settle (at most %s)\n",
+		time.Since(start).Round(time.Second), demoBudget)
 	if err := verifyDemo(ctx, k, operatorNamespaces, demoNamespaces); err != nil {
 		return fmt.Errorf("%w\nThe cluster is left running for a look (export KUBECONFIG=%s); `make down` stops it. Total time %s",
 			err, cluster.Kubeconfig(), time.Since(start).Round(time.Second))
