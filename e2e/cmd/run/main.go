@@ -77,6 +77,15 @@ func up(ctx context.Context, root, stateDir string) error {
 	if err != nil {
 		return err
 	}
+	var operatorNamespaces []string
+	for _, m := range manifests {
+		operatorNamespaces = append(operatorNamespaces, operators.OperatorName(m)+"-system")
+	}
+	// A rerun reinstalls over running operators: only restarts from now on count.
+	restartsBefore, err := restarts(ctx, k, operatorNamespaces)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("run: installing %d operators from deploy/\n", len(manifests))
 	if err := operators.Install(ctx, k, manifests); err != nil {
 		return err
@@ -134,16 +143,13 @@ func up(ctx context.Context, root, stateDir string) error {
 		return err
 	}
 	fmt.Println(out)
-	var operatorNamespaces, demoNamespaces []string
-	for _, m := range manifests {
-		operatorNamespaces = append(operatorNamespaces, operators.OperatorName(m)+"-system")
-	}
+	var demoNamespaces []string
 	if onRealNode {
 		demoNamespaces = append(demoNamespaces, "statefulops-demo")
 	}
 	fmt.Printf("run: cluster, operators and samples up in %s; waiting for the demo to settle (at most %s)\n",
 		time.Since(start).Round(time.Second), demoBudget)
-	if err := verifyDemo(ctx, k, operatorNamespaces, demoNamespaces); err != nil {
+	if err := verifyDemo(ctx, k, operatorNamespaces, demoNamespaces, restartsBefore); err != nil {
 		return fmt.Errorf("%w\nThe cluster is left running for a look (export KUBECONFIG=%s); `make down` stops it. Total time %s",
 			err, cluster.Kubeconfig(), time.Since(start).Round(time.Second))
 	}

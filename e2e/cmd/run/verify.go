@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -76,11 +77,30 @@ func list(ctx context.Context, k operators.Kubectl, args ...string) ([]object, e
 	return l.Items, nil
 }
 
+// restarts returns the restart count of every container of the pods of the namespaces, by
+// "<namespace>/<pod>/<container>".
+func restarts(ctx context.Context, k operators.Kubectl, namespaces []string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, ns := range namespaces {
+		pods, err := list(ctx, k, "pods", "-n", ns)
+		if err != nil {
+			return nil, err
+		}
+		for _, pod := range pods {
+			for _, c := range pod.Status.ContainerStatuses {
+				out[ns+"/"+pod.Metadata.Name+"/"+c.Name] = c.RestartCount
+			}
+		}
+	}
+	return out, nil
+}
+
 // verifyDemo proves the demo `make run` leaves: it waits (demoBudget) until every custom resource of
 // the project (the category "statefulops") is Ready=True and no pod of their namespaces or of
-// extraNamespaces is Pending, and checks that no container of an operator's namespace restarted.
-// It fails naming each resource and pod that is not so, with its conditions and last Events.
-func verifyDemo(ctx context.Context, k operators.Kubectl, operatorNamespaces, extraNamespaces []string) error {
+// extraNamespaces is Pending, and checks that no container of an operator's namespace restarted
+// since restartsBefore (taken before the install). It fails naming each resource and pod that is not
+// so, with its conditions and last Events, or the restarted container's last log lines.
+func verifyDemo(ctx context.Context, k operators.Kubectl, operatorNamespaces, extraNamespaces []string, restartsBefore map[string]int) error {
 	deadline := time.Now().Add(demoBudget)
 	crs, err := list(ctx, k, "statefulops", "-A")
 	if err != nil {
@@ -131,19 +151,17 @@ func verifyDemo(ctx context.Context, k operators.Kubectl, operatorNamespaces, ex
 	for _, pod := range pending {
 		problems = append(problems, fmt.Sprintf("  %s is Pending:\n%s%s", pod.ref(), pod.conditions(), events(ctx, k, pod)))
 	}
-	for _, ns := range operatorNamespaces {
-		pods, err := list(ctx, k, "pods", "-n", ns)
-		if err != nil {
-			return err
-		}
-		for _, pod := range pods {
-			for _, c := range pod.Status.ContainerStatuses {
-				if c.RestartCount > 0 {
-					prev, _ := k.Run(ctx, "logs", "--previous", "--tail=5", "-n", ns, pod.Metadata.Name, "-c", c.Name)
-					problems = append(problems, fmt.Sprintf("  %s: container %s restarted %d times during the install; its last lines before:\n%s",
-						pod.ref(), c.Name, c.RestartCount, indent(prev)))
-				}
-			}
+	after, err := restarts(ctx, k, operatorNamespaces)
+	if err != nil {
+		return err
+	}
+	for _, key := range slices.Sorted(maps.Keys(after)) {
+		if n := after[key] - restartsBefore[key]; n > 0 {
+			ns, rest, _ := strings.Cut(key, "/")
+			pod, container, _ := strings.Cut(rest, "/")
+			prev, _ := k.Run(ctx, "logs", "--previous", "--tail=5", "-n", ns, pod, "-c", container)
+			problems = append(problems, fmt.Sprintf("  pod/%s -n %s: container %s restarted during the install (%d more restarts); its last lines before:\n%s",
+				pod, ns, container, n, indent(prev)))
 		}
 	}
 	if len(problems) > 0 {
