@@ -118,10 +118,13 @@ fuzz: ## Run every Go fuzz target for FUZZTIME each (their seed corpora run in `
 ##@ Build
 
 # Every binary of the project: the operators, the webhook server, and the e2e test app and pod sandbox
-# (pause) that the local cluster's real node runs, and the singleton's in-pod start hold (wrapper, sidecar). The package's last element is the binary's name.
+# (pause) that the local cluster's real node runs, the local cluster's volume provisioner, and the singleton's in-pod start hold (wrapper, sidecar). The package's last element is the binary's name.
 BUILD_PACKAGES := $(addprefix ./,$(BINARIES)) ./singleton-operator/cmd/singleton-wrapper \
-	./singleton-operator/cmd/status-sidecar ./e2e/cmd/testapp ./e2e/cmd/pause
+	./singleton-operator/cmd/status-sidecar ./e2e/cmd/testapp ./e2e/cmd/pause \
+	./e2e/cmd/local-provisioner
 BUILD_NAMES    := $(notdir $(BUILD_PACKAGES))
+# local-provisioner runs as a process of the local cluster (kwokctl starts it), never in a container.
+IMAGE_NAMES    := $(filter-out local-provisioner,$(BUILD_NAMES))
 # Image tarballs of `make images`: docker-save layout, tags statefulops/<name>:$(VERSION).
 IMAGES_DIR ?= $(CACHE)/images/$(VERSION)
 export STATEFULOPS_IMAGES := $(IMAGES_DIR)
@@ -137,7 +140,7 @@ build: ## Build every binary (static, version-stamped) into $(BIN_DIR).
 .PHONY: images
 images: build ## Package every binary as an image tarball in $(IMAGES_DIR) (no Docker needed).
 	mkdir -p $(IMAGES_DIR)
-	cd e2e && go run ./cmd/images -out $(IMAGES_DIR) -version $(VERSION) $(foreach n,$(BUILD_NAMES),$(n)=$(BIN_DIR)/$(n))
+	cd e2e && go run ./cmd/images -out $(IMAGES_DIR) -version $(VERSION) $(foreach n,$(IMAGE_NAMES),$(n)=$(BIN_DIR)/$(n))
 
 ##@ Generate and verify
 

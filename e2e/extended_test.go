@@ -197,7 +197,7 @@ func TestExtended(t *testing.T) {
 	})
 
 	t.Run("with volumeClaimTemplates a config change rolls in place and an image change moves each ordinal's volume to version 2", func(t *testing.T) {
-		ns, rc, cc := setup(t, withClaims(t))
+		ns, rc, cc := setup(t, withClaims)
 		// volumes returns, per ordinal, the PersistentVolume its claim of the given StatefulSet is bound to.
 		volumes := func(sts string) map[int]string {
 			out := map[int]string{}
@@ -238,7 +238,7 @@ func TestExtended(t *testing.T) {
 
 	t.Run("with volumeClaimTemplates a canary that never becomes Ready hands its volume back to version 1", func(t *testing.T) {
 		ns, rc, cc := setup(t, func(e *extendedv1alpha1.ExtendedStatefulSet) {
-			withClaims(t)(e)
+			withClaims(e)
 			e.Spec.UpdateStrategy.CanaryWatchTime = &metav1.Duration{Duration: 3 * time.Second}
 		})
 		volume := func(claim string) string {
@@ -367,40 +367,18 @@ func TestExtended(t *testing.T) {
 	}
 }
 
-// withClaims gives the template a ReadWriteOnce volumeClaimTemplate "data" of a class only this
-// namespace's pre-created PersistentVolumes have (the local cluster has no provisioner), one per pod.
-func withClaims(t *testing.T) func(*extendedv1alpha1.ExtendedStatefulSet) {
-	return func(e *extendedv1alpha1.ExtendedStatefulSet) {
-		class := fmt.Sprintf("extended-e2e-%d", time.Now().UnixNano())
-		for i := range 3 {
-			name := fmt.Sprintf("%s-%d", class, i)
-			_, err := client.CoreV1().PersistentVolumes().Create(t.Context(), &corev1.PersistentVolume{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: corev1.PersistentVolumeSpec{
-					Capacity:         corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					StorageClassName: class,
-					// Delete: the handover must hold each volume at Retain while it moves, or the PV
-					// controller would try to delete it with its old claim, and give Delete back after.
-					PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-					PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/" + name}},
-				},
-			}, metav1.CreateOptions{})
-			require.NoError(t, err)
-			pvName := name
-			t.Cleanup(func() { _ = client.CoreV1().PersistentVolumes().Delete(t.Context(), pvName, metav1.DeleteOptions{}) })
-		}
-		e.Spec.Template.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
-			ObjectMeta: metav1.ObjectMeta{Name: "data"},
-			Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				StorageClassName: ptr.To(class),
-				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			},
-		}}
-		e.Spec.Template.Spec.Template.Spec.Containers[0].VolumeMounts = append(e.Spec.Template.Spec.Template.Spec.Containers[0].VolumeMounts,
-			corev1.VolumeMount{Name: "data", MountPath: "/data"})
-	}
+// withClaims gives the template a ReadWriteOnce volumeClaimTemplate "data" of the cluster's default
+// StorageClass (the local cluster's provisioner makes one volume per claim, on its pod's node).
+func withClaims(e *extendedv1alpha1.ExtendedStatefulSet) {
+	e.Spec.Template.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}}
+	e.Spec.Template.Spec.Template.Spec.Containers[0].VolumeMounts = append(e.Spec.Template.Spec.Template.Spec.Containers[0].VolumeMounts,
+		corev1.VolumeMount{Name: "data", MountPath: "/data"})
 }
 
 // podUIDs returns the UIDs of the StatefulSet's pods by name.

@@ -105,7 +105,7 @@ func TestExtendedZonesVolumes(t *testing.T) {
 	cc := watchClaims(t, ns)
 	e := newESTS("web", int32(len(localZones)))
 	e.Spec.AZ = &extendedv1alpha1.AvailabilityZones{Zones: localZones}
-	withClaims(t)(e)
+	withClaims(e)
 	createESTS(t, ns, e)
 	waitESTSReady(t, ns, "web", 1)
 	volume := func(claim string) string {

@@ -21,8 +21,8 @@ import (
 )
 
 // installOnce installs every manifest of deploy/ once per run; the tests below build on it. When the
-// cluster has a real node, the operators' namespaces are steered onto it, so the operators run there as
-// real pods from our images.
+// cluster has a real node, the cluster steers the operators' namespaces onto it
+// (localcluster.RealNodeNamespaces), so the operators run there as real pods from our images.
 var installOnce = sync.OnceValues(func() ([]string, error) {
 	root, err := localcluster.RepoRoot()
 	if err != nil {
@@ -34,11 +34,7 @@ var installOnce = sync.OnceValues(func() ([]string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	onRealNode, err := realNodeReady(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return manifests, operators.Install(ctx, kubectl(), manifests, onRealNode)
+	return manifests, operators.Install(ctx, kubectl(), manifests)
 })
 
 // realNodeReady reports whether the cluster under test has a Ready real node (label statefulops.dev/node=real).

@@ -47,13 +47,9 @@ func installManifestOnce(name string) error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		// Steered to the real node as installOnce does: whichever test installs first, the in-cluster
-		// operator a test scales back up afterwards must run for real, not as a kwok pretend pod.
-		onRealNode, err := realNodeReady(ctx)
-		if err != nil {
-			return err
-		}
-		return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", name+".yaml")}, onRealNode)
+		// With the real node, the cluster steers the operator's namespace there: the in-cluster operator
+		// a test scales back up afterwards runs for real, not as a kwok pretend pod.
+		return operators.Install(ctx, kubectl(), []string{filepath.Join(root, "deploy", name+".yaml")})
 	}))
 	return once.(func() error)()
 }

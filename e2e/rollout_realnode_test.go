@@ -48,7 +48,7 @@ func TestRolloutOnTheRealNode(t *testing.T) {
 	}
 	root, err := localcluster.RepoRoot()
 	require.NoError(t, err)
-	require.NoError(t, operators.Install(t.Context(), kubectl(), []string{filepath.Join(root, "deploy", "rollout-operator.yaml")}, true),
+	require.NoError(t, operators.Install(t.Context(), kubectl(), []string{filepath.Join(root, "deploy", "rollout-operator.yaml")}),
 		"kubectl apply -f deploy/rollout-operator.yaml")
 	_, err = kubectl().Run(t.Context(), "rollout", "status", "-n", "rollout-operator-system",
 		"deployment/rollout-operator-controller-manager", "--timeout=180s")

@@ -5,8 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -31,9 +29,8 @@ import (
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 )
 
-// Helpers of statefulcluster_test.go: cluster-operator as a local process, a tiny volume provisioner
-// (kwok has no storage: the test binds every claim of its namespace to a PersistentVolume it
-// creates, as a provisioner would) and the invariant checker.
+// Helpers of statefulcluster_test.go: cluster-operator as a local process and the invariant checker.
+// Claims bind through the cluster's default StorageClass (the local cluster's provisioner).
 
 var statefulClusterGVR = schema.GroupVersionResource{Group: "enge.me", Version: "v1alpha1", Resource: "statefulclusters"}
 
@@ -151,51 +148,6 @@ func sortedNames(pods map[string]*corev1.Pod) []string {
 		return strings.Compare(a, b)
 	})
 	return names
-}
-
-// provisionVolumes binds every claim of the namespace to a new PersistentVolume, a hostPath directory
-// under base (never mounted on kwok; created here for the real node, and removed afterwards), as a
-// dynamic provisioner would; the PersistentVolume controller does the binding.
-func provisionVolumes(t *testing.T, ns, base string) {
-	t.Helper()
-	w, err := client.CoreV1().PersistentVolumeClaims(ns).Watch(t.Context(), metav1.ListOptions{})
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var created []string
-	t.Cleanup(func() {
-		w.Stop()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, pv := range created {
-			_ = client.CoreV1().PersistentVolumes().Delete(context.Background(), pv, metav1.DeleteOptions{})
-			_ = os.RemoveAll(filepath.Join(base, pv))
-		}
-	})
-	go func() {
-		for ev := range w.ResultChan() {
-			pvc, ok := ev.Object.(*corev1.PersistentVolumeClaim)
-			if !ok || ev.Type != watch.Added || pvc.Spec.VolumeName != "" {
-				continue
-			}
-			name := "pv-" + string(pvc.UID)
-			_ = os.MkdirAll(filepath.Join(base, name), 0o777)
-			pv := &corev1.PersistentVolume{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: corev1.PersistentVolumeSpec{
-					Capacity:                      corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests[corev1.ResourceStorage]},
-					AccessModes:                   pvc.Spec.AccessModes,
-					PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-					ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: ns, Name: pvc.Name, UID: pvc.UID},
-					PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: filepath.Join(base, name)}},
-				},
-			}
-			if _, err := client.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err == nil || apierrors.IsAlreadyExists(err) {
-				mu.Lock()
-				created = append(created, name)
-				mu.Unlock()
-			}
-		}
-	}()
 }
 
 // identityChecker is the invariant checker of one StatefulCluster. It watches the pods and records

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/statefulops/statefulops/e2e/realnode"
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 )
 
@@ -35,8 +33,6 @@ func TestStatefulClusterOnTheRealNode(t *testing.T) {
 	require.NoError(t, err)
 
 	ns := newNamespace(t)
-	volumes := filepath.Join(realnode.RecordDir(realNode.stateDir), ns+"-volumes")
-	provisionVolumes(t, ns, volumes)
 	c := watchIdentities(t, ns, "coder", 3)
 
 	pod := testAppPod("coder")

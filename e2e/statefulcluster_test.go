@@ -230,7 +230,6 @@ func TestStatefulCluster(t *testing.T) {
 
 	t.Run("claim-retention", func(t *testing.T) {
 		ns := newNamespace(t)
-		provisionVolumes(t, ns, t.TempDir())
 		watchIdentities(t, ns, "vols", 3)
 		sc := newStatefulCluster("vols", 3)
 		withDataClaim(sc)
@@ -321,7 +320,6 @@ func TestStatefulCluster(t *testing.T) {
 
 	t.Run("seed-example", func(t *testing.T) {
 		ns := newNamespace(t)
-		provisionVolumes(t, ns, t.TempDir())
 		dir, err := seedexamples.Dir()
 		require.NoError(t, err)
 		examples, err := seedexamples.Load(dir)

@@ -3,13 +3,17 @@
 // `kwokctl create cluster --runtime binary` from binaries built beforehand (nothing is downloaded),
 // and kwok simulates the nodes and the pod lifecycle with the honest Stages under stages/. Where the
 // machine allows it, one real node (package realnode: containerd, kubelet, kube-proxy) joins beside
-// the kwok nodes; kwok leaves it alone, and only pods that select and tolerate it run there.
+// the kwok nodes; kwok leaves it alone, and only pods that select and tolerate it run there: the pods
+// of RealNodeNamespaces (the operators' namespaces) get both from a MutatingAdmissionPolicy of the
+// cluster (steering.go). The default StorageClass "local" is served by local-provisioner, a component
+// kwokctl runs beside the control plane, so every claim binds (provisioner.go).
 //
 // All state lives under one state dir (by default <repo>/.local): kwokctl's workdir in kwok/ (the
 // running components' logs in kwok/clusters/statefulops/logs/), the kwokctl config in
 // kwokctl-config.yaml, kwokctl's output in kwokctl.log, the admin kubeconfig in kubeconfig, and the
-// component logs of the last deleted cluster in logs/, the real node in realnode/. Up reuses a healthy
-// cluster and replaces a stale one; Down leaves no process running and the host as it was.
+// component logs of the last deleted cluster in logs/, the real node in realnode/, the provisioned
+// volumes in volumes/. Up reuses a healthy cluster and replaces a stale one; Down leaves no process
+// running and the host as it was.
 package localcluster
 
 import (
@@ -56,6 +60,9 @@ type Options struct {
 	// ImagesDir holds the image tarballs the real node imports (pause.tar is its sandbox image).
 	// Default: $STATEFULOPS_IMAGES, else $HOME/.cache/statefulops/images/v<VERSION of the repo>.
 	ImagesDir string
+	// ProvisionerBin is the local-provisioner binary (e2e/cmd/local-provisioner, built by `make build`)
+	// that serves the default StorageClass. Default: $STATEFULOPS_BIN/local-provisioner.
+	ProvisionerBin string
 	// Log receives one line per step and kwokctl's output. Default: discarded.
 	Log io.Writer
 }
@@ -164,6 +171,12 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.ensureStorageClass(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.ensureRealNodeSteering(ctx); err != nil {
 		return nil, err
 	}
 	if c.realNode {
@@ -337,6 +350,10 @@ func DownExisting(ctx context.Context, stateDir string) error {
 	if err := newKwokctl(opts).down(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	// The volumes' directories, once nothing (the real node's kubelet) has them mounted any more.
+	if err := os.RemoveAll(volumesDir(opts.StateDir)); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -390,6 +407,11 @@ func (o Options) withDefaults() (Options, error) {
 			}
 		}
 	}
+	if o.ProvisionerBin == "" {
+		if bin := os.Getenv("STATEFULOPS_BIN"); bin != "" {
+			o.ProvisionerBin = filepath.Join(bin, provisionerComponent)
+		}
+	}
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
@@ -408,6 +430,12 @@ func (o Options) checkBinaries() error {
 				missing = append(missing, filepath.Join(dir, name))
 			}
 		}
+	}
+	if o.ProvisionerBin == "" {
+		return errors.New("no local-provisioner binary: set STATEFULOPS_BIN (the Makefile sets it) to the directory of `make build`'s binaries")
+	}
+	if _, err := os.Stat(o.ProvisionerBin); err != nil {
+		missing = append(missing, o.ProvisionerBin+" (make build)")
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("local cluster binaries missing (build them with the Makefile, or set STATEFULOPS_KUBE_BIN / STATEFULOPS_KWOK_BIN): %v", missing)

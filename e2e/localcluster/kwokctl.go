@@ -92,9 +92,6 @@ func (k *kwokctl) createArgs() []string {
 // when a second component gets more than one flag.
 func (k *kwokctl) apiServerArgs() [][2]string {
 	return [][2]string{
-		// Namespaces annotated scheduler.alpha.kubernetes.io/node-selector and
-		// scheduler.alpha.kubernetes.io/defaultTolerations put their pods on the real node unchanged.
-		{"enable-admission-plugins", "PodNodeSelector,PodTolerationRestriction"},
 		// logs, exec and port-forward: the API server calls the kubelet with this client certificate
 		// (kwokctl's admin, group system:masters), which the kubelet's webhook authorizer accepts.
 		{"kubelet-client-certificate", filepath.Join(k.clusterDir(), "pki", "admin.crt")},
@@ -145,6 +142,12 @@ func (k *kwokctl) config() []byte {
 	b.WriteString("componentsPatches:\n- name: kube-apiserver\n  extraArgs:\n")
 	for _, arg := range k.apiServerArgs() {
 		fmt.Fprintf(&b, "  - key: %q\n    value: %q\n", arg[0], arg[1])
+	}
+	// The volume provisioner is a component of the cluster: kwokctl starts it with the others, records
+	// its pid and log beside theirs, and stops it on delete.
+	fmt.Fprintf(&b, "components:\n- name: %s\n  binary: %q\n  workDir: %q\n  args:\n", provisionerComponent, k.opts.ProvisionerBin, k.clusterDir())
+	for _, arg := range k.provisionerArgs() {
+		fmt.Fprintf(&b, "  - %q\n", arg)
 	}
 	b.Write(Stages())
 	return b.Bytes()

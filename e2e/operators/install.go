@@ -39,19 +39,10 @@ func Manifests(root string) ([]string, error) {
 const RealNodeLabel = "statefulops.dev/node=real"
 
 // Install applies each manifest with `kubectl apply -f`, exactly as the README tells users to, and
-// waits until every CRD is established.
-//
-// With onRealNode, each operator's namespace is created first and annotated so that the API server's
-// PodNodeSelector and PodTolerationRestriction admission put its pods on the real node: the way a
-// platform team steers a namespace, leaving the manifest untouched. The namespace is created, not
-// applied, so the manifest's own apply keeps those annotations.
-func Install(ctx context.Context, k Kubectl, manifests []string, onRealNode bool) error {
+// waits until every CRD is established. On the local cluster with its real node, the cluster itself
+// puts the operators' pods there (localcluster.RealNodeNamespaces): the manifests go in unchanged.
+func Install(ctx context.Context, k Kubectl, manifests []string) error {
 	for _, m := range manifests {
-		if onRealNode {
-			if err := steerToRealNode(ctx, k, OperatorName(m)+"-system"); err != nil {
-				return err
-			}
-		}
 		if _, err := k.Run(ctx, "apply", "-f", m); err != nil {
 			return err
 		}
@@ -80,19 +71,4 @@ func waitCRDsEstablished(ctx context.Context, k Kubectl, timeout time.Duration) 
 // OperatorName returns the operator a manifest installs: deploy/<operator>.yaml.
 func OperatorName(manifest string) string {
 	return strings.TrimSuffix(filepath.Base(manifest), filepath.Ext(manifest))
-}
-
-// steerToRealNode creates the namespace (if missing) with the annotations that place its pods on the
-// real node and give them the toleration of its taint.
-func steerToRealNode(ctx context.Context, k Kubectl, namespace string) error {
-	if _, err := k.Run(ctx, "get", "namespace", namespace); err != nil {
-		if _, err := k.Run(ctx, "create", "namespace", namespace); err != nil {
-			return err
-		}
-	}
-	key, value, _ := strings.Cut(RealNodeLabel, "=")
-	_, err := k.Run(ctx, "annotate", "--overwrite", "namespace", namespace,
-		"scheduler.alpha.kubernetes.io/node-selector="+RealNodeLabel,
-		fmt.Sprintf(`scheduler.alpha.kubernetes.io/defaultTolerations=[{"key":%q,"operator":"Equal","value":%q,"effect":"NoSchedule"}]`, key, value))
-	return err
 }

@@ -8,8 +8,10 @@
 // and returns, leaving everything running. When the machine can run the local cluster's real node
 // (E2E_REAL_NODE=0 turns it off), the operators run there as real pods from our images and a test-app
 // sample runs beside them; otherwise they run as local processes under their manifests'
-// ServiceAccounts (package operators). The webhook server runs on loopback either way. down stops the
-// processes and the cluster. Both are idempotent.
+// ServiceAccounts (package operators). The webhook server runs on loopback either way. up then proves
+// the demo (verifyDemo): every demo custom resource Ready=True, no demo pod Pending, no operator
+// container restarted, or it fails naming each that is not and why; it prints the time it took.
+// down stops the processes and the cluster. Both are idempotent.
 package main
 
 import (
@@ -75,8 +77,17 @@ func up(ctx context.Context, root, stateDir string) error {
 	if err != nil {
 		return err
 	}
+	var operatorNamespaces []string
+	for _, m := range manifests {
+		operatorNamespaces = append(operatorNamespaces, operators.OperatorName(m)+"-system")
+	}
+	// A rerun reinstalls over running operators: only restarts from now on count.
+	restartsBefore, err := restarts(ctx, k, operatorNamespaces)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("run: installing %d operators from deploy/\n", len(manifests))
-	if err := operators.Install(ctx, k, manifests, onRealNode); err != nil {
+	if err := operators.Install(ctx, k, manifests); err != nil {
 		return err
 	}
 	local := operators.All()
@@ -132,6 +143,16 @@ func up(ctx context.Context, root, stateDir string) error {
 		return err
 	}
 	fmt.Println(out)
+	var demoNamespaces []string
+	if onRealNode {
+		demoNamespaces = append(demoNamespaces, "statefulops-demo")
+	}
+	fmt.Printf("run: cluster, operators and samples up in %s; waiting for the demo to settle (at most %s)\n",
+		time.Since(start).Round(time.Second), demoBudget)
+	if err := verifyDemo(ctx, k, operatorNamespaces, demoNamespaces, restartsBefore); err != nil {
+		return fmt.Errorf("%w\nThe cluster is left running for a look (export KUBECONFIG=%s); `make down` stops it. Total time %s",
+			err, cluster.Kubeconfig(), time.Since(start).Round(time.Second))
+	}
 	fmt.Printf("The local cluster is up (%s).\n\n", time.Since(start).Round(time.Second))
 	fmt.Printf("  export KUBECONFIG=%s\n  kubectl get statefulops -A\n\n", cluster.Kubeconfig())
 	fmt.Println("Operator logs:")
