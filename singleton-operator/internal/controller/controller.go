@@ -89,10 +89,10 @@ type Reconciler struct {
 	Cache client.Reader
 	// APIReader lists pods from the API server right before a release.
 	APIReader client.Reader
-	// scopes caches, per StatefulSingleton selector, the pods of that selector Cache leaves out (no
+	// caches holds, per StatefulSingleton selector, the pods of that selector Cache leaves out (no
 	// managed label), and per namespace holding a StatefulSingleton the ReplicaSets and StatefulSets
-	// that rank pods (scope.go).
-	scopes *namespaceCaches
+	// that rank pods (caches.go).
+	caches *namespaceCaches
 	// Recorder records events.k8s.io Events.
 	Recorder events.EventRecorder
 	// Clock is the operator's clock (a fake one in tests).
@@ -118,19 +118,19 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 
 // SetupWithOptions registers the StatefulSingleton controller with the manager. Managed pods come from
 // the manager's cache (scoped by CacheOptions), the other pods a StatefulSingleton selects from the cache
-// of its selector (scope.go); each pod maps to the StatefulSingletons of its namespace whose selector
+// of its selector (caches.go); each pod maps to the StatefulSingletons of its namespace whose selector
 // matches it.
 func SetupWithOptions(_ context.Context, mgr ctrl.Manager, opts Options) error {
 	registerMetrics()
-	scopes := newNamespaceCaches(mgr)
-	if err := mgr.Add(scopes); err != nil {
+	caches := newNamespaceCaches(mgr)
+	if err := mgr.Add(caches); err != nil {
 		return err
 	}
 	r := &Reconciler{
 		Client:    opts.Client,
 		Cache:     mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
-		scopes:    scopes,
+		caches:    caches,
 		Recorder:  mgr.GetEventRecorder("singleton-operator"),
 		Clock:     opts.Clock,
 		goneAt:    map[types.NamespacedName]time.Time{},
@@ -146,7 +146,7 @@ func SetupWithOptions(_ context.Context, mgr ctrl.Manager, opts Options) error {
 		Named("statefulsingleton").
 		For(&singletonv1.StatefulSingleton{}).
 		Watches(&corev1.Pod{}, r.podHandler()).
-		WatchesRawSource(source.Channel(scopes.events, r.podHandler())).
+		WatchesRawSource(source.Channel(caches.events, r.podHandler())).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.singletonsOfNode)).
 		Complete(r)
 }
@@ -699,14 +699,14 @@ func (r *Reconciler) cachedPods(ctx context.Context, namespace string, sel label
 	if err := r.Cache.List(ctx, &managed, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, err
 	}
-	podCache, err := r.scopes.podReader(ctx, namespace, sel)
+	podCache, err := r.caches.podReader(ctx, namespace, sel)
 	if err != nil {
 		return nil, err
 	}
 	if err := podCache.List(ctx, &unmanaged, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, err
 	}
-	if _, err := r.scopes.reader(ctx, namespace); err != nil {
+	if _, err := r.caches.reader(ctx, namespace); err != nil {
 		return nil, err
 	}
 	return append(managed.Items, unmanaged.Items...), nil
@@ -719,7 +719,7 @@ func (r *Reconciler) rank(ctx context.Context, pod *corev1.Pod) int64 {
 	if owner == nil {
 		return 0
 	}
-	nsCache, err := r.scopes.reader(ctx, pod.Namespace)
+	nsCache, err := r.caches.reader(ctx, pod.Namespace)
 	if err != nil {
 		return 0
 	}
@@ -824,7 +824,7 @@ func (r *Reconciler) finish(ctx context.Context, ss *singletonv1.StatefulSinglet
 			selectors = append(selectors, sel)
 		}
 	}
-	r.scopes.retain(ctx, ss.Namespace, selectors)
+	r.caches.retain(ctx, ss.Namespace, selectors)
 	if left > 0 {
 		return nil
 	}
