@@ -19,7 +19,8 @@ import (
 // revisionAnnotation is the Deployment controller's revision number on a ReplicaSet.
 const revisionAnnotation = "deployment.kubernetes.io/revision"
 
-// view is what one reconcile found.
+// view is the singleton's pods, classified: from the caches (scope.view) or, right before a release or
+// adoption, from the API server (reserveAndList).
 type view struct {
 	pods      []*corev1.Pod // the singleton's pods, by name
 	held      []*corev1.Pod // held pods, the candidate first
