@@ -116,7 +116,7 @@ var resSingletonCaches = map[string]string{
 	"singleton-operator": "What it caches: pods labelled apps.statefulsingleton.com/managed=true (the manager's cache, " +
 		"CacheOptions); per StatefulSingleton selector, the pods of that selector without the managed label (one cache " +
 		"per namespace and selector, filtered by the API server, shared by equal selectors); per namespace holding a " +
-		"StatefulSingleton, ReplicaSet metadata and StatefulSets (internal/controller/scope.go). The unrelated pods " +
+		"StatefulSingleton, ReplicaSet metadata and StatefulSets (internal/controller/caches.go). The unrelated pods " +
 		"match no selector, so no cache holds them, beside the singletons or elsewhere.",
 	"webhook-server": "What it caches: StatefulSingletons only (the pod webhook lists those of the pod's namespace " +
 		"from the cache); run with --webhook-cert-path, so its certificate rotator and the rotator's Secret cache are off.",

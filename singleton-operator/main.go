@@ -29,7 +29,7 @@ func main() {
 		LeaderElectionID: "statefulsingleton-operator.apps.statefulsingleton.com",
 		Schemes:          []func(*runtime.Scheme) error{singletonv1.AddToScheme},
 		Flags:            grants.AddFlags,
-		// Only managed pods in the manager's cache; the rest per singleton namespace (controller/scope.go).
+		// Only managed pods in the manager's cache; the rest per singleton namespace (controller/caches.go).
 		Cache: controller.CacheOptions,
 		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
 			if err := controller.Setup(ctx, mgr); err != nil {

@@ -193,7 +193,7 @@ func TestTransitionTimeoutKeepsHolding(t *testing.T) {
 
 // A pod without a hold is reported, never released, and deleted while another pod is active — although
 // the operator's cache holds only managed pods: the unmanaged ones a singleton selects come from the
-// cache of its selector (scope.go; TestUnmanagedPodsCachedPerSelector), and other pods are cached nowhere.
+// cache of its selector (caches.go; TestUnmanagedPodsCachedPerSelector), and other pods are cached nowhere.
 func TestUngatedPodReportedAndDeleted(t *testing.T) {
 	f := newFixture(t)
 	elsewhere := newFixture(t) // a namespace without a StatefulSingleton

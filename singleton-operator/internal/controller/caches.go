@@ -86,20 +86,20 @@ type namespaceCaches struct {
 	base   context.Context
 	cancel context.CancelFunc
 	mu     sync.Mutex
-	caches map[string]*scopedCache // by key: namespace (ranking cache), podCacheKey (selector caches)
+	caches map[string]*runningCache // by key: namespace (ranking cache), podCacheKey (selector caches)
 }
 
-// scopedCache is one running cache of namespaceCaches.
-type scopedCache struct {
+// runningCache is one running cache of namespaceCaches.
+type runningCache struct {
 	cache     cache.Cache
 	namespace string
 	cancel    context.CancelFunc
 	synced    atomic.Bool
 }
 
-// onNewScopes, when set, is given every namespaceCaches newNamespaceCaches makes: the integration tests
+// onNewCaches, when set, is given every namespaceCaches newNamespaceCaches makes: the integration tests
 // use it to look into the caches of the operator they run. The operator leaves it nil.
-var onNewScopes func(*namespaceCaches)
+var onNewCaches func(*namespaceCaches)
 
 func newNamespaceCaches(mgr ctrl.Manager) *namespaceCaches {
 	base, cancel := context.WithCancel(context.Background())
@@ -122,10 +122,10 @@ func newNamespaceCaches(mgr ctrl.Manager) *namespaceCaches {
 		events: make(chan event.GenericEvent, 1024),
 		base:   base,
 		cancel: cancel,
-		caches: map[string]*scopedCache{},
+		caches: map[string]*runningCache{},
 	}
-	if onNewScopes != nil {
-		onNewScopes(n)
+	if onNewCaches != nil {
+		onNewCaches(n)
 	}
 	return n
 }
@@ -183,7 +183,7 @@ func (n *namespaceCaches) start(ctx context.Context, key, namespace string, pods
 			return nil, err
 		}
 		cctx, cancel := context.WithCancel(n.base)
-		sc = &scopedCache{cache: c, namespace: namespace, cancel: cancel}
+		sc = &runningCache{cache: c, namespace: namespace, cancel: cancel}
 		n.caches[key] = sc
 		go func() {
 			if err := c.Start(cctx); err != nil {

@@ -23,7 +23,7 @@ import (
 
 // The unit tests of namespaceCaches' keys and lifecycle run it with a recording cache constructor: which
 // caches it makes (namespace, pod selector), which informers they get, when they start and stop. What the
-// caches hold on a real API server is the integration tests' part (scope_integration_test.go).
+// caches hold on a real API server is the integration tests' part (caches_integration_test.go).
 
 // recordedCache is a cache.Cache that records what namespaceCaches does with it. Only the methods
 // namespaceCaches calls are implemented; the embedded nil interface panics on any other.
@@ -103,7 +103,7 @@ func recordingScopes(t *testing.T) (*namespaceCaches, func() []*recordedCache) {
 		events: make(chan event.GenericEvent, 16),
 		base:   base,
 		cancel: cancel,
-		caches: map[string]*scopedCache{},
+		caches: map[string]*runningCache{},
 	}
 	return n, func() []*recordedCache {
 		mu.Lock()

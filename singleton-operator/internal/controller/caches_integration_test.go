@@ -14,16 +14,16 @@ import (
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
 
-// startOperatorWithScopes is startOperator, also returning the operator's namespaceCaches (to look into
+// startOperatorWithCaches is startOperator, also returning the operator's namespaceCaches (to look into
 // the caches of the pods the manager's cache leaves out).
-func startOperatorWithScopes(t *testing.T) *namespaceCaches {
+func startOperatorWithCaches(t *testing.T) *namespaceCaches {
 	t.Helper()
-	var scopes *namespaceCaches
-	onNewScopes = func(n *namespaceCaches) { scopes = n }
-	defer func() { onNewScopes = nil }()
+	var caches *namespaceCaches
+	onNewCaches = func(n *namespaceCaches) { caches = n }
+	defer func() { onNewCaches = nil }()
 	startOperator(t, nil)
-	require.NotNil(t, scopes)
-	return scopes
+	require.NotNil(t, caches)
+	return caches
 }
 
 // cachedPodNames lists, per running selector cache of namespace, the names of the pods it holds.
@@ -56,7 +56,7 @@ func (n *namespaceCaches) cachedPodNames(ctx context.Context, namespace string) 
 func TestUnmanagedPodsCachedPerSelector(t *testing.T) {
 	f := newFixture(t)
 	watchOverlaps(t, f.ns)
-	scopes := startOperatorWithScopes(t)
+	caches := startOperatorWithCaches(t)
 	web := func(ss *singletonv1.StatefulSingleton) {
 		ss.Spec.Selector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}
 	}
@@ -78,9 +78,9 @@ func TestUnmanagedPodsCachedPerSelector(t *testing.T) {
 	assert.False(t, f.released("web-rogue"))
 
 	dbKey, webKey := f.ns+"/app=db", f.ns+"/app=web"
-	assert.Equal(t, []string{f.ns, dbKey, webKey}, scopes.keys(f.ns), "one cache per selector and the namespace's ranking cache")
+	assert.Equal(t, []string{f.ns, dbKey, webKey}, caches.keys(f.ns), "one cache per selector and the namespace's ranking cache")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		cached, err := scopes.cachedPodNames(t.Context(), f.ns)
+		cached, err := caches.cachedPodNames(t.Context(), f.ns)
 		require.NoError(c, err)
 		assert.Equal(c, map[string][]string{dbKey: {"rogue"}, webKey: {"web-rogue"}}, cached,
 			"each selector cache holds its selector's unmanaged pods only: not the managed pod, not the unrelated one")
@@ -91,14 +91,14 @@ func TestUnmanagedPodsCachedPerSelector(t *testing.T) {
 	require.NoError(t, suite.Client.Delete(t.Context(), f.singleton("db")))
 	require.Eventually(t, func() bool { return f.singletonGone("db") }, wait, tick, "db deleted")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, []string{f.ns, webKey}, scopes.keys(f.ns))
+		assert.Equal(c, []string{f.ns, webKey}, caches.keys(f.ns))
 	}, wait, tick, "db's selector cache stopped")
 	assert.Equal(t, "true", f.namespaceLabel(), "web still needs the webhook")
 
 	// The last one goes: so do the caches of the namespace and its label.
 	require.NoError(t, suite.Client.Delete(t.Context(), f.singleton("web")))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Empty(c, scopes.keys(f.ns))
+		assert.Empty(c, caches.keys(f.ns))
 		assert.Empty(c, f.namespaceLabel())
 	}, wait, tick, "every cache of the namespace stopped, label removed")
 }

@@ -1,0 +1,94 @@
+package controller
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+)
+
+// reconcileDelete keeps the finalizer of a StatefulSingleton being deleted until no pod is held: its pods
+// go through the phases of reconcilePods (a transition in progress finishes first; nothing is adopted),
+// and the status says what deletion waits for. Once finish removed the finalizer, no status is written.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if s.winner != "" {
+		s.skipStatus = true
+		return reconcile.Result{}, r.finish(ctx, s.ss)
+	}
+	r.recordObservation(s)
+	result, err := r.reconcilePods(ctx, s)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if len(s.view.held) == 0 {
+		s.skipStatus = true
+		return reconcile.Result{}, r.finish(ctx, s.ss)
+	}
+	s.status.Message = "deletion waits until no pod is held: " + s.status.Message
+	return result, nil
+}
+
+// finish removes the finalizer of a StatefulSingleton being deleted and stops the caches that the
+// StatefulSingletons left in the namespace (listed from the API server; those being deleted do not count)
+// do not need: the cache of its selector unless another one uses it, and with the last one the
+// namespace's ranking cache and its namespace label.
+func (r *Reconciler) finish(ctx context.Context, ss *singletonv1.StatefulSingleton) error {
+	heldPods.DeleteLabelValues(ss.Namespace, ss.Name)
+	r.mu.Lock()
+	delete(r.fallback, client.ObjectKeyFromObject(ss))
+	r.mu.Unlock()
+	if controllerutil.RemoveFinalizer(ss, singletonv1.Finalizer) {
+		if err := r.Client.Update(ctx, ss); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	var list singletonv1.StatefulSingletonList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(ss.Namespace)); err != nil {
+		return err
+	}
+	left := 0
+	var selectors []labels.Selector
+	for i := range list.Items {
+		other := &list.Items[i]
+		if other.UID == ss.UID || !other.DeletionTimestamp.IsZero() {
+			continue
+		}
+		left++
+		// A selector that does not parse never got a cache (cachedPods fails first).
+		if sel, err := metav1.LabelSelectorAsSelector(&other.Spec.Selector); err == nil {
+			selectors = append(selectors, sel)
+		}
+	}
+	r.caches.retain(ctx, ss.Namespace, selectors)
+	if left > 0 {
+		return nil
+	}
+	return r.ensureNamespaceLabel(ctx, ss.Namespace, false)
+}
+
+// ensureNamespaceLabel puts (or removes) the label that scopes the pod webhook on the namespace.
+func (r *Reconciler) ensureNamespaceLabel(ctx context.Context, name string, present bool) error {
+	ns := &corev1.Namespace{}
+	if err := r.Cache.Get(ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if (ns.Labels[singletonv1.LabelNamespaceEnabled] == "true") == present {
+		return nil
+	}
+	patch := client.MergeFrom(ns.DeepCopy())
+	if present {
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels[singletonv1.LabelNamespaceEnabled] = "true"
+	} else {
+		delete(ns.Labels, singletonv1.LabelNamespaceEnabled)
+	}
+	return client.IgnoreNotFound(r.Client.Patch(ctx, ns, patch))
+}

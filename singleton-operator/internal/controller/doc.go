@@ -1,0 +1,39 @@
+// Package controller is the StatefulSingleton controller of singleton-operator: of the pods a
+// StatefulSingleton selects, it lets at most one run its main process, releasing a held pod only once
+// every other pod of the singleton is gone from the API or terminal.
+//
+// Safety rules, in the order Reconcile applies them:
+//
+//   - A pod is held (admitted by the webhook with a Wrapper or SchedulingGate hold), released (it carries
+//     the epoch annotation), ungated (it matches but carries no hold: it may run) or terminal. Released
+//     and ungated pods that are not terminal block every release; pods being deleted still block.
+//   - Of several held pods only one is a candidate: the newest revision (Deployment: the ReplicaSet's
+//     deployment.kubernetes.io/revision; StatefulSet: the update revision), then the newest pod, then
+//     the smallest name.
+//   - RollingUpdate handover: a Deployment's new pod is held while the old one is healthy, and the
+//     Deployment waits for the new pod to be Ready — a deadlock. When the candidate is of a newer revision
+//     than a blocking pod, the operator deletes that pod (graceful delete with a UID precondition) and
+//     releases the candidate once the kubelet confirmed the stop. A Wrapper candidate must run first
+//     (every container started, the wrapper waiting), so the gap is the old pod's stop, not also the new
+//     pod's start. The old ReplicaSet may create a replacement, which is admitted held and never chosen
+//     over the newer revision.
+//   - Fencing: when the pod recorded in status.activePodUID vanished while its node (status.activePodNode)
+//     is NotReady or Unknown, its stop was never confirmed: nothing is released until the node is Ready
+//     again or carries node.kubernetes.io/out-of-service (condition FencingRequired, Event).
+//   - Adoption: an ungated pod that runs and is the only pod of the singleton that is not terminal (none
+//     held, none released) becomes the active pod: confirmed with a live list, it gets a reserved epoch
+//     and the adopted annotation, and is then a released pod in every respect (Event Adopted). With two
+//     or more ungated pods nothing is adopted (UngatedPod reason SeveralPodsWithoutHold, Event).
+//   - An ungated pod that is not adopted is reported (condition UngatedPod, Event) and deleted while
+//     another pod is active.
+//   - Every waiting state (Ready=False, by reason) is recorded as an Event when it begins.
+//   - Before releasing, the pods are listed again from the API server (not the cache), so a stale cache
+//     never releases a second pod. The epoch is reserved in status (optimistic lock) before the pod is
+//     patched, so it only grows and is never reused, also across restarts.
+//   - Past maxTransitionTime the transition is reported (phase Failed, TransitionTimedOut, Event
+//     TransitionTimeout); nothing is released to meet a deadline.
+//   - Deleting the StatefulSingleton keeps the finalizer until no pod is held: a transition in progress
+//     finishes first, and the status says what deletion waits for.
+//   - Overlapping selectors: the older StatefulSingleton (then the smaller name) manages the pods; the
+//     other reports SelectorConflict and does nothing.
+package controller

@@ -1,0 +1,197 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+)
+
+// scope is what one reconcile of a StatefulSingleton reads and decides: the object, the status written
+// once when Reconcile returns, the pods the caches show, and where a release's time went.
+type scope struct {
+	ss       *singletonv1.StatefulSingleton
+	status   *singletonv1.StatefulSingletonStatus // the status Reconcile writes (writeStatus) unless skipStatus
+	deleting bool
+	// winner is the older StatefulSingleton whose selector overlaps this one's and which manages the
+	// pods, or "" when this one does; with a winner, view is nil (nothing was observed).
+	winner string
+	view   *view // the singleton's pods, from the caches
+	// skipStatus leaves the status unwritten: the finalizer was removed (deletion finished), or the API
+	// server did not confirm an adoption (the reconcile its event queues decides anew).
+	skipStatus bool
+	timing     handoverTiming
+}
+
+// handoverTiming is where a reconcile that releases a pod spent its time, for the release's log line:
+// when it began, and how long its live list and its epoch reservation (run concurrently) took.
+type handoverTiming struct {
+	began         time.Time
+	list, reserve time.Duration
+}
+
+// Reconcile applies the safety rules of the package documentation to one StatefulSingleton: get it,
+// ensure its finalizer, build the scope, write the status once at the end, and reconcile its deletion or
+// its pods.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (result reconcile.Result, reterr error) {
+	began := r.Clock.Now()
+	ss := &singletonv1.StatefulSingleton{}
+	if err := r.Cache.Get(ctx, req.NamespacedName, ss); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if ss.DeletionTimestamp.IsZero() {
+		if err := r.ensureFinalizer(ctx, ss); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	s, err := r.newScope(ctx, ss, began)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	defer func() {
+		if reterr == nil && !s.skipStatus {
+			reterr = r.writeStatus(ctx, s.ss, s.status)
+		}
+	}()
+	if s.deleting {
+		return r.reconcileDelete(ctx, s)
+	}
+	return r.reconcileNormal(ctx, s)
+}
+
+// ensureFinalizer adds the finalizer and the namespace label that scopes the pod webhook; both stay
+// until deletion finishes (finish).
+func (r *Reconciler) ensureFinalizer(ctx context.Context, ss *singletonv1.StatefulSingleton) error {
+	if !controllerutil.ContainsFinalizer(ss, singletonv1.Finalizer) {
+		controllerutil.AddFinalizer(ss, singletonv1.Finalizer)
+		if err := r.Client.Update(ctx, ss); err != nil {
+			return err
+		}
+	}
+	return r.ensureNamespaceLabel(ctx, ss.Namespace, true)
+}
+
+// newScope reads what this reconcile decides on: whether an older StatefulSingleton manages the pods,
+// and if not the singleton's pods from the caches.
+func (r *Reconciler) newScope(ctx context.Context, ss *singletonv1.StatefulSingleton, began time.Time) (*scope, error) {
+	s := &scope{ss: ss, status: ss.Status.DeepCopy(), deleting: !ss.DeletionTimestamp.IsZero(), timing: handoverTiming{began: began}}
+	s.status.ObservedGeneration = ss.Generation
+	var err error
+	if s.winner, err = r.selectorWinner(ctx, ss); err != nil {
+		return nil, err
+	}
+	if s.winner != "" {
+		return s, nil
+	}
+	if s.view, err = r.observe(ctx, ss, false); err != nil {
+		return nil, err
+	}
+	for _, pod := range s.view.pods {
+		s.status.Epoch = max(s.status.Epoch, podEpoch(pod)) // the epoch never goes back, also if status was lost
+	}
+	return s, nil
+}
+
+// reconcileNormal reconciles a StatefulSingleton that is not being deleted: it reports an overlapping
+// selector, or adopts the only pod, running without a start hold, or runs the pods' phases.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if s.winner != "" {
+		reportSelectorConflict(s)
+		return reconcile.Result{}, nil
+	}
+	r.recordObservation(s)
+	if s.adoptable() && runs(s.view.ungated[0]) {
+		return r.adopt(ctx, s, s.view.ungated[0])
+	}
+	return r.reconcilePods(ctx, s)
+}
+
+// reconcilePods runs the phases of a StatefulSingleton that manages its pods, also while it is being
+// deleted (a transition in progress finishes first): the pods without a start hold, the active pod,
+// then either the steady state or the transition to the held candidate.
+func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if err := r.reconcileUngated(ctx, s); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.reconcileActive(ctx, s); err != nil {
+		return reconcile.Result{}, err
+	}
+	if s.view.candidate == nil {
+		reportSteady(s)
+		return reconcile.Result{}, nil
+	}
+	return r.transition(ctx, s)
+}
+
+// reportSelectorConflict reports that an older StatefulSingleton (s.winner) manages the pods.
+func reportSelectorConflict(s *scope) {
+	setCondition(s.status, s.ss, singletonv1.ConditionSelectorConflict, metav1.ConditionTrue, "SelectorOverlap",
+		fmt.Sprintf("the selector overlaps StatefulSingleton %s, which is older and manages the pods; this one does nothing", s.winner))
+	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, "SelectorOverlap", "selector overlaps StatefulSingleton "+s.winner)
+	s.status.Message = "selector overlaps StatefulSingleton " + s.winner + "; delete one of them"
+}
+
+// recordObservation records what the caches show: the held pods metric, the hold fallbacks, and several
+// active pods (OverlapDetected).
+func (r *Reconciler) recordObservation(s *scope) {
+	meta.RemoveStatusCondition(&s.status.Conditions, singletonv1.ConditionSelectorConflict)
+	v := s.view
+	heldPods.WithLabelValues(s.ss.Namespace, s.ss.Name).Set(float64(len(v.held)))
+	r.reportHoldFallbacks(s.ss, v.pods)
+	if len(v.active) > 1 {
+		overlaps.Inc()
+		setCondition(s.status, s.ss, singletonv1.ConditionOverlapDetected, metav1.ConditionTrue, "SeveralActivePods",
+			fmt.Sprintf("pods %s are all released and not terminal", podNames(v.active)))
+	} else {
+		meta.RemoveStatusCondition(&s.status.Conditions, singletonv1.ConditionOverlapDetected)
+	}
+}
+
+// reconcileActive sets the readiness gate of the released pods (it follows the release) and records the
+// active pod in status.
+func (r *Reconciler) reconcileActive(ctx context.Context, s *scope) error {
+	v := s.view
+	for _, pod := range v.active {
+		if err := r.markReady(ctx, pod); err != nil {
+			return err
+		}
+	}
+	if len(v.active) == 1 {
+		s.status.ActivePod, s.status.ActivePodUID = v.active[0].Name, string(v.active[0].UID)
+		if v.active[0].Spec.NodeName != "" {
+			s.status.ActivePodNode = v.active[0].Spec.NodeName
+		}
+	}
+	return nil
+}
+
+// reportHoldFallbacks records, once per pod (per operator process), an Event on each pod of a Wrapper
+// singleton that the webhook admitted with the scheduling gate instead, saying why. The webhook cannot:
+// the pod does not exist yet when it is admitted.
+func (r *Reconciler) reportHoldFallbacks(ss *singletonv1.StatefulSingleton, pods []*corev1.Pod) {
+	key := client.ObjectKeyFromObject(ss)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reported := map[types.UID]bool{} // only pods still there: the set stays as small as the singleton
+	for _, pod := range pods {
+		reason, ok := pod.Annotations[singletonv1.AnnotationHoldFallback]
+		if !ok {
+			continue
+		}
+		reported[pod.UID] = true
+		if !r.fallback[key][pod.UID] {
+			r.Recorder.Eventf(pod, ss, corev1.EventTypeWarning, singletonv1.ReasonHoldFallback, "Admit",
+				"held with the scheduling gate instead of the wrapper: %s", reason)
+		}
+	}
+	r.fallback[key] = reported
+}

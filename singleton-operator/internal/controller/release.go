@@ -1,0 +1,285 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+)
+
+// transition handles a held candidate: it starts the transition, hands over from blocking pods, waits for
+// fencing, and otherwise releases the candidate; while it waits, the deadline is checked.
+func (r *Reconciler) transition(ctx context.Context, s *scope) (reconcile.Result, error) {
+	now := r.Clock.Now()
+	r.startTransition(s, now)
+	if len(s.view.blocking) > 0 {
+		if err := r.handover(ctx, s); err != nil {
+			return reconcile.Result{}, err
+		}
+		return r.checkDeadline(s, now), nil
+	}
+	fenced, err := r.waitForFencing(ctx, s)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if fenced {
+		return r.checkDeadline(s, now), nil
+	}
+	return r.releaseCandidate(ctx, s)
+}
+
+// startTransition records the start of a transition (phase Transitioning, Event) unless one is under way.
+func (r *Reconciler) startTransition(s *scope, now time.Time) {
+	status, v := s.status, s.view
+	if status.Phase != singletonv1.PhaseRunning && status.Phase != "" && status.TransitionTimestamp != nil {
+		return
+	}
+	status.TransitionTimestamp = &metav1.Time{Time: now}
+	status.Phase = singletonv1.PhaseTransitioning
+	from := "none"
+	if len(v.blocking) > 0 {
+		from = v.blocking[0].Name
+	}
+	r.Recorder.Eventf(s.ss, v.candidate, corev1.EventTypeNormal, singletonv1.ReasonPodTransition, "Hold",
+		"transition from pod %s to pod %s started", from, v.candidate.Name)
+}
+
+// handover holds the candidate while pods block it. RollingUpdate handover: it deletes blocking pods of an
+// older revision than the candidate — in Wrapper mode only once the candidate runs (its containers
+// started, the wrapper waiting for the grant), so the old process is stopped when the new one can start
+// at once, not while the new pod is still being created; and a new pod that cannot start never stops the
+// old one.
+func (r *Reconciler) handover(ctx context.Context, s *scope) error {
+	v := s.view
+	candRank := r.rank(ctx, v.candidate)
+	prepared := startPrepared(v.candidate)
+	msg := fmt.Sprintf("pod %s is held until pods %s are gone", v.candidate.Name, podNames(v.blocking))
+	for _, pod := range v.blocking {
+		if !pod.DeletionTimestamp.IsZero() || r.rank(ctx, pod) >= candRank {
+			continue
+		}
+		if !prepared {
+			msg = fmt.Sprintf("pod %s of a newer revision is held and starting; pod %s will be stopped once it runs and waits for its grant", v.candidate.Name, pod.Name)
+			continue
+		}
+		if err := r.deletePod(ctx, pod); err != nil {
+			return err
+		}
+		r.Recorder.Eventf(s.ss, pod, corev1.EventTypeNormal, singletonv1.ReasonPodTransition, "Handover",
+			"deleted pod %s of an older revision so that held pod %s can start", pod.Name, v.candidate.Name)
+	}
+	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonWaitingForOldPod, msg)
+	s.status.Message = msg
+	return nil
+}
+
+// waitForFencing reports whether the candidate waits for fencing: the last active pod vanished from a
+// node that never confirmed the stop (not Ready, and not tainted out-of-service).
+func (r *Reconciler) waitForFencing(ctx context.Context, s *scope) (bool, error) {
+	ss, status, v := s.ss, s.status, s.view
+	if status.ActivePodUID == "" || status.ActivePodNode == "" || slices.ContainsFunc(v.pods, func(p *corev1.Pod) bool { return string(p.UID) == status.ActivePodUID }) {
+		return false, nil
+	}
+	node := &corev1.Node{}
+	err := r.Cache.Get(ctx, client.ObjectKey{Name: status.ActivePodNode}, node)
+	if apierrors.IsNotFound(err) {
+		node = nil
+	} else if err != nil {
+		return false, err
+	}
+	if nodeFenced(node) {
+		return false, nil
+	}
+	msg := fmt.Sprintf("pod %s vanished from node %s, which is not Ready: its stop was never confirmed; pod %s is held until the node is Ready again or tainted %s",
+		status.ActivePod, status.ActivePodNode, v.candidate.Name, corev1.TaintNodeOutOfService)
+	if !meta.IsStatusConditionTrue(status.Conditions, singletonv1.ConditionFencingRequired) {
+		r.Recorder.Eventf(ss, v.candidate, corev1.EventTypeWarning, singletonv1.ConditionFencingRequired, "Hold", msg)
+	}
+	setCondition(status, ss, singletonv1.ConditionFencingRequired, metav1.ConditionTrue, singletonv1.ReasonNodeNotReady, msg)
+	setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonNodeNotReady, msg)
+	status.Message = msg
+	return true, nil
+}
+
+// releaseCandidate releases the candidate once the API server confirms that nothing else may run
+// (reserveAndList); when the cache was behind, it looks again.
+func (r *Reconciler) releaseCandidate(ctx context.Context, s *scope) (reconcile.Result, error) {
+	live, epoch, err := r.reserveAndList(ctx, s)
+	if err != nil || live == nil {
+		return reconcile.Result{}, err
+	}
+	if len(live.blocking) > 0 || live.candidate == nil || live.candidate.UID != s.view.candidate.UID ||
+		slices.ContainsFunc(live.pods, func(p *corev1.Pod) bool { return podEpoch(p) >= epoch }) {
+		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind; look again (the epoch is skipped)
+	}
+	return reconcile.Result{}, r.release(ctx, s, live.candidate, epoch)
+}
+
+// reserveAndList confirms with the API server, not the cache, what may run, and meanwhile reserves the
+// next epoch in status (optimistic lock) before any pod carries it. The reservation does not depend on
+// the list's answer: an epoch reserved for a release (or adoption) the list then refuses is skipped,
+// never reused. So the two round trips overlap instead of adding up on the handover's critical path.
+// It returns the live view and the reserved epoch, or a nil view when the reservation conflicted (the
+// newer StatefulSingleton's event reconciles again; nothing was released).
+func (r *Reconciler) reserveAndList(ctx context.Context, s *scope) (*view, int64, error) {
+	ss, status := s.ss, s.status
+	epoch := status.Epoch + 1 // status.Epoch is already at least the epoch of every cached pod
+	type listed struct {
+		view *view
+		err  error
+		took time.Duration
+	}
+	done := make(chan listed, 1)
+	go func() {
+		start := r.Clock.Now()
+		lv, err := r.observe(ctx, ss, true)
+		done <- listed{lv, err, r.Clock.Now().Sub(start)}
+	}()
+	reserveStart := r.Clock.Now()
+	reserve := ss.DeepCopy()
+	reserve.Status.Epoch = epoch
+	reserveErr := r.Client.Status().Update(ctx, reserve)
+	reserveTook := r.Clock.Now().Sub(reserveStart)
+	l := <-done
+	if reserveErr != nil {
+		return nil, 0, ignoreConflict(reserveErr)
+	}
+	ss.ResourceVersion = reserve.ResourceVersion
+	status.Epoch = epoch // the status written at the end of this reconcile keeps the reservation
+	if l.err != nil {
+		return nil, 0, l.err
+	}
+	s.timing.list, s.timing.reserve = l.took, reserveTook
+	return l.view, epoch, nil
+}
+
+// release releases the pod with the epoch reserved in status, in one patch. If the patch fails the
+// epoch is skipped, never reused.
+func (r *Reconciler) release(ctx context.Context, s *scope, pod *corev1.Pod, epoch int64) error {
+	released, patch, err := releasePatch(pod, epoch)
+	if err != nil {
+		return err
+	}
+	patchStart := r.Clock.Now()
+	if err := r.Client.Patch(ctx, released, patch); err != nil {
+		s.status.Epoch = epoch
+		return err
+	}
+	r.recordRelease(ctx, s, pod, epoch, patchStart)
+	status := s.status
+	status.Epoch = epoch
+	status.ActivePod, status.ActivePodUID, status.ActivePodNode = pod.Name, string(pod.UID), pod.Spec.NodeName
+	status.Phase = singletonv1.PhaseRunning
+	status.Message = "pod " + pod.Name + " is active"
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
+	setCondition(status, s.ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, status.Message)
+	r.Recorder.Eventf(s.ss, pod, corev1.EventTypeNormal, singletonv1.ReasonPodStarted, "Release", "released pod %s with epoch %d", pod.Name, epoch)
+	return r.markReady(ctx, released)
+}
+
+// releasePatch is the pod as released with epoch, and the patch that releases it.
+func releasePatch(pod *corev1.Pod, epoch int64) (*corev1.Pod, client.Patch, error) {
+	// A gated pod is patched under an optimistic lock (its gate list is rewritten, and nothing else
+	// writes it while it is gated). A Wrapper pod runs: its kubelet updates its status all the time, so
+	// a resourceVersion lock would fail most releases and cost a retry with a fresh epoch each; the patch
+	// only adds annotations and carries the pod's UID, so it can only ever release this pod instance (a
+	// pod recreated under the same name has another UID, which the API server refuses to change).
+	patch := client.MergeFromWithOptions(pod.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	released := pod.DeepCopy()
+	if released.Annotations == nil {
+		released.Annotations = map[string]string{}
+	}
+	value := strconv.FormatInt(epoch, 10)
+	released.Annotations[singletonv1.AnnotationEpoch] = value
+	if hasSchedulingGate(released) {
+		released.Spec.SchedulingGates = slices.DeleteFunc(released.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+			return g.Name == singletonv1.SchedulingGate
+		})
+		return released, patch, nil
+	}
+	released.Annotations[singletonv1.AnnotationStartGranted] = value
+	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]string{
+		singletonv1.AnnotationEpoch: value, singletonv1.AnnotationStartGranted: value}}})
+	if err != nil {
+		return nil, nil, err
+	}
+	return released, client.RawPatch(types.MergePatchType, raw), nil
+}
+
+// recordRelease records a release that was patched: the transitions and handover metrics, the
+// handover's duration in status, and where its time went in the log line.
+func (r *Reconciler) recordRelease(ctx context.Context, s *scope, pod *corev1.Pod, epoch int64, patchStart time.Time) {
+	now := r.Clock.Now()
+	transitions.Inc()
+	r.mu.Lock()
+	gone, ok := r.goneAt[client.ObjectKeyFromObject(s.ss)]
+	r.mu.Unlock()
+	sinceGone := time.Duration(-1) // unknown: no pod of the singleton went away during this transition
+	if ok && s.status.TransitionTimestamp != nil && !gone.Before(s.status.TransitionTimestamp.Time) {
+		sinceGone = now.Sub(gone)
+		handoverSeconds.Observe(sinceGone.Seconds())
+		s.status.LastTransitionDuration = &metav1.Duration{Duration: sinceGone}
+	}
+	// Where the handover's time went: queued (old pod gone → this reconcile began), the live list and
+	// the epoch reservation (concurrent), the release patch.
+	queued := time.Duration(-1)
+	if sinceGone >= 0 {
+		queued = s.timing.began.Sub(gone)
+	}
+	logf.FromContext(ctx).Info("Released pod", "pod", pod.Name, "epoch", epoch, "sinceOldPodGone", sinceGone.String(),
+		"queued", queued.String(), "liveList", s.timing.list.String(), "reserveEpoch", s.timing.reserve.String(), "releasePatch", now.Sub(patchStart).String())
+}
+
+// checkDeadline reports a transition older than maxTransitionTime and asks to be called at the deadline.
+func (r *Reconciler) checkDeadline(s *scope, now time.Time) reconcile.Result {
+	ss, status := s.ss, s.status
+	deadline := status.TransitionTimestamp.Add(time.Duration(ss.Spec.MaxTransitionTime) * time.Second)
+	if ss.Spec.MaxTransitionTime <= 0 || now.Before(deadline) {
+		return reconcile.Result{RequeueAfter: deadline.Sub(now)}
+	}
+	msg := fmt.Sprintf("transition exceeded maxTransitionTime (%ds); the new pod stays held: %s", ss.Spec.MaxTransitionTime, status.Message)
+	if status.Phase != singletonv1.PhaseFailed {
+		r.Recorder.Eventf(ss, nil, corev1.EventTypeWarning, singletonv1.ReasonTransitionTimeout, "Hold", msg)
+	}
+	status.Phase = singletonv1.PhaseFailed
+	status.Message = msg
+	setCondition(status, ss, singletonv1.ConditionTransitionTimedOut, metav1.ConditionTrue, singletonv1.ReasonTransitionTimeout, msg)
+	setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonTransitionTimeout, msg)
+	return reconcile.Result{}
+}
+
+// markReady sets the pod's readiness gate condition to True once it is released.
+func (r *Reconciler) markReady(ctx context.Context, pod *corev1.Pod) error {
+	if readinessGateTrue(pod) || !pod.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	patch := client.MergeFrom(pod.DeepCopy())
+	ready := pod.DeepCopy()
+	cond := corev1.PodCondition{Type: singletonv1.ReadinessGate, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now(), Reason: "Released"}
+	i := slices.IndexFunc(ready.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == singletonv1.ReadinessGate })
+	if i >= 0 {
+		ready.Status.Conditions[i] = cond
+	} else {
+		ready.Status.Conditions = append(ready.Status.Conditions, cond)
+	}
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, ready, patch))
+}
+
+// deletePod deletes the pod gracefully, only if it is still the pod that was observed.
+func (r *Reconciler) deletePod(ctx context.Context, pod *corev1.Pod) error {
+	return client.IgnoreNotFound(r.Client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}))
+}

@@ -1,0 +1,158 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+)
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch;update
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=apps,resources=replicasets;statefulsets,verbs=get;list;watch
+
+// Reconciler reconciles StatefulSingletons.
+type Reconciler struct {
+	// Client writes pods, namespaces and StatefulSingletons.
+	Client client.Client
+	// Cache reads from the manager's cache.
+	Cache client.Reader
+	// APIReader lists pods from the API server right before a release.
+	APIReader client.Reader
+	// caches holds, per StatefulSingleton selector, the pods of that selector Cache leaves out (no
+	// managed label), and per namespace holding a StatefulSingleton the ReplicaSets and StatefulSets
+	// that rank pods (caches.go).
+	caches *namespaceCaches
+	// Recorder records events.k8s.io Events.
+	Recorder events.EventRecorder
+	// Clock is the operator's clock (a fake one in tests).
+	Clock clock.PassiveClock
+
+	mu       sync.Mutex
+	goneAt   map[types.NamespacedName]time.Time          // when a pod of the singleton was last seen deleted
+	fallback map[types.NamespacedName]map[types.UID]bool // per singleton: pods whose hold fallback was reported
+}
+
+// Options adjust Setup for tests.
+type Options struct {
+	// Client replaces the manager's client for writes, e.g. to inject API errors.
+	Client client.Client
+	// Clock replaces the real clock.
+	Clock clock.PassiveClock
+}
+
+// Setup registers the StatefulSingleton controller with the manager, with its defaults.
+func Setup(ctx context.Context, mgr ctrl.Manager) error {
+	return SetupWithOptions(ctx, mgr, Options{})
+}
+
+// SetupWithOptions registers the StatefulSingleton controller with the manager. Managed pods come from
+// the manager's cache (scoped by CacheOptions), the other pods a StatefulSingleton selects from the cache
+// of its selector (caches.go); each pod maps to the StatefulSingletons of its namespace whose selector
+// matches it.
+func SetupWithOptions(_ context.Context, mgr ctrl.Manager, opts Options) error {
+	registerMetrics()
+	caches := newNamespaceCaches(mgr)
+	if err := mgr.Add(caches); err != nil {
+		return err
+	}
+	r := &Reconciler{
+		Client:    opts.Client,
+		Cache:     mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		caches:    caches,
+		Recorder:  mgr.GetEventRecorder("singleton-operator"),
+		Clock:     opts.Clock,
+		goneAt:    map[types.NamespacedName]time.Time{},
+		fallback:  map[types.NamespacedName]map[types.UID]bool{},
+	}
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("statefulsingleton").
+		For(&singletonv1.StatefulSingleton{}).
+		Watches(&corev1.Pod{}, r.podHandler()).
+		WatchesRawSource(source.Channel(caches.events, r.podHandler())).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.singletonsOfNode)).
+		Complete(r)
+}
+
+// podHandler enqueues the singletons selecting a pod and remembers when a pod was deleted (the start of
+// the handover duration metric).
+func (r *Reconciler) podHandler() handler.EventHandler {
+	enqueue := func(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], deleted bool) {
+		for _, req := range r.singletonsOfPod(ctx, obj) {
+			if deleted {
+				r.mu.Lock()
+				r.goneAt[req.NamespacedName] = r.Clock.Now()
+				r.mu.Unlock()
+			}
+			q.Add(req)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, e.Object, q, false)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, e.ObjectNew, q, terminal(e.ObjectNew.(*corev1.Pod)) && !terminal(e.ObjectOld.(*corev1.Pod)))
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, e.Object, q, true)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, e.Object, q, false)
+		},
+	}
+}
+
+func (r *Reconciler) singletonsOfPod(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list singletonv1.StatefulSingletonList
+	if err := r.Cache.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		sel, err := metav1.LabelSelectorAsSelector(&list.Items[i].Spec.Selector)
+		if err == nil && sel.Matches(labels.Set(obj.GetLabels())) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return reqs
+}
+
+// singletonsOfNode enqueues the singletons whose last active pod ran on the node (fencing).
+func (r *Reconciler) singletonsOfNode(ctx context.Context, obj client.Object) []reconcile.Request {
+	var list singletonv1.StatefulSingletonList
+	if err := r.Cache.List(ctx, &list); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for i := range list.Items {
+		if list.Items[i].Status.ActivePodNode == obj.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return reqs
+}

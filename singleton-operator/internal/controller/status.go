@@ -1,0 +1,100 @@
+package controller
+
+import (
+	"context"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+)
+
+// reportSteady reports a singleton without a held candidate: its active pod, or why none runs.
+func reportSteady(s *scope) {
+	status, v := s.status, s.view
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
+	status.Phase = singletonv1.PhaseRunning
+	if len(v.active) > 0 {
+		status.Message = "pod " + v.active[0].Name + " is active"
+		if v.active[0].Annotations[singletonv1.AnnotationAdopted] == "true" {
+			status.Message += " (adopted: it was running without a start hold)"
+		}
+		setCondition(status, s.ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, status.Message)
+	} else if c := meta.FindStatusCondition(status.Conditions, singletonv1.ConditionUngatedPod); c != nil {
+		status.Message = c.Message
+		setCondition(status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
+	} else {
+		status.Message = "no pod to run"
+		setCondition(status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonNoPods, "no pod of the singleton is active or held")
+	}
+}
+
+// writeStatus writes the status if it changed.
+func (r *Reconciler) writeStatus(ctx context.Context, ss *singletonv1.StatefulSingleton, status *singletonv1.StatefulSingletonStatus) error {
+	status.StatusTimestamp = ss.Status.StatusTimestamp
+	if equalStatus(&ss.Status, status) {
+		return nil
+	}
+	status.StatusTimestamp = &metav1.Time{Time: r.Clock.Now()}
+	updated := ss.DeepCopy()
+	updated.Status = *status
+	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		return ignoreConflict(err)
+	}
+	r.reportWaiting(ss, &ss.Status, status)
+	return nil
+}
+
+// reportWaiting records an Event when the singleton starts waiting, or waits for another reason: the
+// Ready condition turned False or changed its reason. So `kubectl describe` shows why it waits, once per
+// change, not once per reconcile. Reasons whose Events are recorded where they arise
+// (TransitionTimeout, NodeNotReady) are left out.
+func (r *Reconciler) reportWaiting(ss *singletonv1.StatefulSingleton, before, after *singletonv1.StatefulSingletonStatus) {
+	now := meta.FindStatusCondition(after.Conditions, singletonv1.ConditionReady)
+	if now == nil || now.Status != metav1.ConditionFalse {
+		return
+	}
+	if prev := meta.FindStatusCondition(before.Conditions, singletonv1.ConditionReady); prev != nil && prev.Status == now.Status && prev.Reason == now.Reason {
+		return
+	}
+	eventType := corev1.EventTypeNormal
+	switch now.Reason {
+	case singletonv1.ReasonTransitionTimeout, singletonv1.ReasonNodeNotReady:
+		return
+	case "SelectorOverlap", singletonv1.ReasonSeveralPodsWithoutHold:
+		eventType = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(ss, nil, eventType, now.Reason, "Wait", "%s", now.Message)
+}
+
+// ignoreConflict drops a conflict of a StatefulSingleton write. A conflict means the cache is behind the
+// API server (typically our own previous status write): the newer version's watch event queues another
+// reconcile anyway, right away, whereas an error would add the rate limiter's growing back-off to the
+// next handover.
+func ignoreConflict(err error) error {
+	if apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+func equalStatus(a, b *singletonv1.StatefulSingletonStatus) bool {
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+func setCondition(status *singletonv1.StatefulSingletonStatus, ss *singletonv1.StatefulSingleton, typ string, s metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: ss.Generation})
+}
+
+func podNames(pods []*corev1.Pod) string {
+	names := make([]string, len(pods))
+	for i, p := range pods {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
+}
