@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 )
@@ -39,7 +40,7 @@ func nodeLost(sc *clusterv1alpha1.StatefulCluster, node *corev1.Node, now time.T
 	if node == nil {
 		return true, now, time.Time{}, "node not found"
 	}
-	if ptrValue(sc.Spec.ReplaceOnNodeOutOfService) {
+	if ptr.Deref(sc.Spec.ReplaceOnNodeOutOfService, false) {
 		for _, t := range node.Spec.Taints {
 			if t.Key == outOfServiceTaint {
 				since := now
@@ -54,7 +55,7 @@ func nodeLost(sc *clusterv1alpha1.StatefulCluster, node *corev1.Node, now time.T
 		if c.Type != corev1.NodeReady || c.Status == corev1.ConditionTrue {
 			continue
 		}
-		tolerance := time.Duration(ptrValue(sc.Spec.NodeLossToleranceSeconds)) * time.Second
+		tolerance := time.Duration(ptr.Deref(sc.Spec.NodeLossToleranceSeconds, 0)) * time.Second
 		since := c.LastTransitionTime.Time
 		if now.Sub(since) >= tolerance {
 			return true, since, time.Time{}, fmt.Sprintf("node %s not Ready (%s) for %ds", node.Name, c.Status, int(now.Sub(since).Seconds()))
@@ -89,7 +90,7 @@ func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.No
 		}
 	}
 	if pod.Status.Phase == "" || pod.Status.Phase == corev1.PodPending {
-		threshold := time.Duration(ptrValue(sc.Spec.PendingThresholdSeconds)) * time.Second
+		threshold := time.Duration(ptr.Deref(sc.Spec.PendingThresholdSeconds, 0)) * time.Second
 		created := pod.CreationTimestamp.Time
 		if c := podScheduled(pod); c != nil && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(created) {
 			// Scheduled at last (e.g. once its claim bound): the pod gets the threshold again to start.
@@ -113,7 +114,7 @@ func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.No
 		return v
 	}
 	if wasReady && cond != nil {
-		threshold := time.Duration(ptrValue(sc.Spec.UnhealthyThresholdSeconds)) * time.Second
+		threshold := time.Duration(ptr.Deref(sc.Spec.UnhealthyThresholdSeconds, 0)) * time.Second
 		since := cond.LastTransitionTime.Time
 		if now.Sub(since) >= threshold {
 			v.reason, v.since = clusterv1alpha1.RetiredUnhealthy, since

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
@@ -33,7 +34,7 @@ func (w *work) record(name string, pod *corev1.Pod, reason clusterv1alpha1.Retir
 		rec.UID, rec.Node, rec.CreatedAt = pod.UID, pod.Spec.NodeName, &created
 	}
 	st.Identities = append([]clusterv1alpha1.IdentityRecord{rec}, st.Identities...)
-	if limit := int(ptrValue(w.sc.Spec.IdentityHistoryLimit)); len(st.Identities) > limit {
+	if limit := int(ptr.Deref(w.sc.Spec.IdentityHistoryLimit, 0)); len(st.Identities) > limit {
 		st.Identities = st.Identities[:limit]
 	}
 }
@@ -78,7 +79,7 @@ func truncate(s string, n int) string {
 // applyStatus writes the observed state into the status, err being the reconcile's error, if any.
 func (w *work) applyStatus(err error) {
 	sc, st := w.sc, &w.sc.Status
-	replicas := ptrValue(sc.Spec.Replicas)
+	replicas := ptr.Deref(sc.Spec.Replicas, 0)
 	var live, ready, avail, current, updated int32
 	if w.revs != nil {
 		for _, m := range w.liveMembers() {

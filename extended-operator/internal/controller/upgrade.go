@@ -621,17 +621,6 @@ func (r *Reconciler) patchVersion(ctx context.Context, v *version, mutate func(*
 	return nil
 }
 
-// isProgressingFor reports whether the status already says Progressing for that reason (so its Event
-// was recorded).
-func isProgressingFor(ests *extendedv1alpha1.ExtendedStatefulSet, reason string) bool {
-	for _, c := range ests.Status.Conditions {
-		if c.Type == extendedv1alpha1.ConditionProgressing {
-			return c.Reason == reason
-		}
-	}
-	return false
-}
-
 // watchTime is the watch of a phase: canaryWatchTime for canaries, updateWatchTime for the rest.
 func watchTime(ests *extendedv1alpha1.ExtendedStatefulSet, phase string) time.Duration {
 	d := ests.Spec.UpdateStrategy.UpdateWatchTime

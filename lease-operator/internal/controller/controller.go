@@ -10,6 +10,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -279,7 +280,7 @@ func (r *Reconciler) reconcileLock(ctx context.Context, lock *leasev1.StatefulSe
 	}
 	for _, name := range demoted {
 		r.Recorder.Eventf(lock, podRef(lock.Namespace, name), corev1.EventTypeNormal, leasev1.EventWriterDemoted, "Demote",
-			"Pod %s is no longer the writer (%s)", name, orDefault(decision.Reason, "label corrected"))
+			"Pod %s is no longer the writer (%s)", name, cmp.Or(decision.Reason, "label corrected"))
 	}
 	// 2. Move (or renew) the Lease under its resourceVersion precondition.
 	due, renewAfter := true, duration/2
@@ -304,11 +305,11 @@ func (r *Reconciler) reconcileLock(ctx context.Context, lock *leasev1.StatefulSe
 		}
 		if promoted {
 			r.Recorder.Eventf(lock, podRef(lock.Namespace, decision.Writer.Name), corev1.EventTypeNormal, leasev1.EventWriterElected, "Elect",
-				"Pod %s is the writer with epoch %d (%s)", decision.Writer.Name, w.transitions, orDefault(decision.Reason, "label restored"))
+				"Pod %s is the writer with epoch %d (%s)", decision.Writer.Name, w.transitions, cmp.Or(decision.Reason, "label restored"))
 		}
 	}
 	if moved {
-		o.failoverReason, o.failoverTime = orDefault(decision.Reason, leasev1.FailoverReasonInitialElection), r.Clock.Now()
+		o.failoverReason, o.failoverTime = cmp.Or(decision.Reason, leasev1.FailoverReasonInitialElection), r.Clock.Now()
 		failovers.WithLabelValues(o.failoverReason).Inc()
 		if since, ok := r.obs.unusableSince(holder); ok {
 			failoverLatency.WithLabelValues(o.failoverReason).Observe(r.Clock.Since(since).Seconds())
@@ -464,11 +465,4 @@ func statefulSetMeta(name string) *metav1.PartialObjectMetadata {
 
 func podRef(namespace, name string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: name}
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
