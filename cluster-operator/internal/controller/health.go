@@ -8,6 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // Replacement rules. A pod is retired (deleted, never force-deleted) and replaced by a new identity
@@ -109,8 +110,8 @@ func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.No
 		v.later(created.Add(threshold))
 		return v
 	}
-	ready, cond := podReady(pod)
-	if ready {
+	cond := opsutil.PodReadyCondition(pod)
+	if opsutil.PodReady(pod) {
 		return v
 	}
 	if wasReady && cond != nil {
@@ -144,7 +145,7 @@ func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.No
 // operator restart (the operator's memory is the primary source): the kubelet sets Ready=False when
 // the pod starts, so a Ready transition well after the start means it went Ready and back.
 func everReady(pod *corev1.Pod) bool {
-	_, cond := podReady(pod)
+	cond := opsutil.PodReadyCondition(pod)
 	if cond == nil || pod.Status.StartTime == nil {
 		return false
 	}
@@ -153,8 +154,8 @@ func everReady(pod *corev1.Pod) bool {
 
 // available reports whether a Ready pod has been Ready for minReadySeconds, and when it will be if not.
 func available(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, now time.Time) (bool, time.Time) {
-	ready, cond := podReady(pod)
-	if !ready {
+	cond := opsutil.PodReadyCondition(pod)
+	if !opsutil.PodReady(pod) {
 		return false, time.Time{}
 	}
 	at := cond.LastTransitionTime.Add(time.Duration(sc.Spec.MinReadySeconds) * time.Second)

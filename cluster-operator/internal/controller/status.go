@@ -6,13 +6,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // Status: the StatefulSet status fields, the high-water mark, the identity ledger (recent retired
@@ -213,12 +212,9 @@ func failureReason(msgs []string) string {
 // patchStatus writes the status if it changed, under a resourceVersion precondition (the high-water
 // mark must never be written from a stale copy), and keeps the written copy as the new baseline.
 func (w *work) patchStatus(ctx context.Context, force bool) error {
-	if !force && equality.Semantic.DeepEqual(w.sc.Status, w.orig.Status) {
-		return nil
-	}
 	replaced := w.sc.ResourceVersion
-	if err := w.r.Client.Status().Patch(ctx, w.sc, client.MergeFromWithOptions(w.orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("writing the status: %w", err)
+	if wrote, err := opsutil.PatchStatus(ctx, w.r.Client, w.sc, w.orig, opsutil.WithOptimisticLock(), opsutil.Force(force)); !wrote {
+		return err
 	}
 	w.r.mem.wrote(w.key, replaced, w.sc)
 	w.orig = w.sc.DeepCopy()
