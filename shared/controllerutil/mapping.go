@@ -6,8 +6,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
@@ -47,5 +49,30 @@ func NodeToPodOwners(reader client.Reader, podNodeIndex string, owners func(cont
 			}
 		}
 		return reqs
+	}
+}
+
+// PodHandler enqueues what owners maps a pod to on every create, update and delete event. seen, when
+// not nil, sees a created or updated pod first, gone a deleted one: a controller keeps what it
+// remembers of pods (readiness, when they became unusable) current there, before the reconcile runs.
+func PodHandler(owners func(context.Context, *corev1.Pod) []reconcile.Request, seen, gone func(*corev1.Pod)) handler.TypedEventHandler[*corev1.Pod, reconcile.Request] {
+	on := func(ctx context.Context, pod *corev1.Pod, hook func(*corev1.Pod), q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		if hook != nil {
+			hook(pod)
+		}
+		for _, req := range owners(ctx, pod) {
+			q.Add(req)
+		}
+	}
+	return handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			on(ctx, e.Object, seen, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			on(ctx, e.ObjectNew, seen, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			on(ctx, e.Object, gone, q)
+		},
 	}
 }

@@ -12,9 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -242,4 +244,32 @@ func TestRegisterMetricsTwice(t *testing.T) {
 	assert.NotPanics(t, func() { RegisterMetrics(c) }, "the same collector again is a no-op")
 	other := prometheus.NewCounter(prometheus.CounterOpts{Name: "controllerutil_test_total", Help: "test"})
 	assert.Panics(t, func() { RegisterMetrics(other) }, "another collector of the same name")
+}
+
+func TestPodHandler(t *testing.T) {
+	ctx := context.Background()
+	owners := func(_ context.Context, pod *corev1.Pod) []reconcile.Request {
+		if key, ok := ControllerOfKind(pod, "StatefulSet"); ok {
+			return []reconcile.Request{{NamespacedName: key}}
+		}
+		return nil
+	}
+	var seen, gone []string
+	h := PodHandler(owners, func(p *corev1.Pod) { seen = append(seen, p.Name) }, func(p *corev1.Pod) { gone = append(gone, p.Name) })
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+
+	owned := newPod("a-0")
+	owned.OwnerReferences = []metav1.OwnerReference{{Kind: "StatefulSet", Name: "a", Controller: new(true)}}
+	h.Create(ctx, event.TypedCreateEvent[*corev1.Pod]{Object: owned}, q)
+	h.Update(ctx, event.TypedUpdateEvent[*corev1.Pod]{ObjectOld: newPod("loose"), ObjectNew: newPod("loose")}, q)
+	h.Delete(ctx, event.TypedDeleteEvent[*corev1.Pod]{Object: owned}, q)
+	assert.Equal(t, []string{"a-0", "loose"}, seen)
+	assert.Equal(t, []string{"a-0"}, gone)
+	require.Equal(t, 1, q.Len(), "the owner, once (the queue folds repeats)")
+	req, _ := q.Get()
+	assert.Equal(t, types.NamespacedName{Namespace: "ns", Name: "a"}, req.NamespacedName)
+
+	none := PodHandler(owners, nil, nil)
+	assert.NotPanics(t, func() { none.Delete(ctx, event.TypedDeleteEvent[*corev1.Pod]{Object: owned}, q) }, "hooks may be nil")
 }

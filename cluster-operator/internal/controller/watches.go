@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -45,37 +44,20 @@ func podPredicate() predicate.TypedPredicate[*corev1.Pod] {
 // podHandler maps a pod to its StatefulCluster (its controller, or for an orphan every StatefulCluster
 // of the namespace whose selector matches it) and keeps the operator's memory of pods current.
 func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconcile.Request] {
-	enqueue := func(ctx context.Context, pod *corev1.Pod, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		for _, req := range r.clustersOfPod(ctx, pod) {
-			q.Add(req)
-		}
-	}
-	note := func(pod *corev1.Pod) {
+	seen := func(pod *corev1.Pod) {
 		if opsutil.PodReady(pod) {
 			r.mem.markReady(pod.UID)
 		}
-		if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "StatefulCluster" {
-			r.mem.observed(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, pod.Name)
+		if key, ok := opsutil.ControllerOfKind(pod, "StatefulCluster"); ok {
+			r.mem.observed(key, pod.Name)
 		}
 	}
-	return handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			note(e.Object)
-			enqueue(ctx, e.Object, q)
-		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			note(e.ObjectNew)
-			enqueue(ctx, e.ObjectNew, q)
-		},
-		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			pod := e.Object
-			if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "StatefulCluster" {
-				r.mem.podGone(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name},
-					gonePod{name: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, created: pod.CreationTimestamp.Time})
-			}
-			enqueue(ctx, pod, q)
-		},
+	gone := func(pod *corev1.Pod) {
+		if key, ok := opsutil.ControllerOfKind(pod, "StatefulCluster"); ok {
+			r.mem.podGone(key, gonePod{name: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, created: pod.CreationTimestamp.Time})
+		}
 	}
+	return opsutil.PodHandler(r.clustersOfPod, seen, gone)
 }
 
 func (r *Reconciler) clustersOfPod(ctx context.Context, pod *corev1.Pod) []reconcile.Request {

@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -146,33 +145,18 @@ func (r *Reconciler) podPredicate() predicate.TypedPredicate[*corev1.Pod] {
 // podHandler maps a pod to the locks naming its StatefulSet, and notes when a pod stops being usable
 // (the start of the failover-latency measurement) as soon as the event arrives.
 func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconcile.Request] {
-	enqueue := func(ctx context.Context, pod *corev1.Pod, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		for _, req := range r.locksOfPod(ctx, pod) {
-			q.Add(req)
-		}
-	}
-	note := func(pod *corev1.Pod) {
+	seen := func(pod *corev1.Pod) {
 		if usable(pod) {
 			r.obs.clear(podKey(pod))
 		} else {
 			r.obs.mark(podKey(pod), r.Clock.Now())
 		}
 	}
-	return handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			note(e.Object)
-			enqueue(ctx, e.Object, q)
-		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			note(e.ObjectNew)
-			enqueue(ctx, e.ObjectNew, q)
-		},
-		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			r.obs.mark(podKey(e.Object), r.Clock.Now())
-			r.authored.forget(e.Object)
-			enqueue(ctx, e.Object, q)
-		},
+	gone := func(pod *corev1.Pod) {
+		r.obs.mark(podKey(pod), r.Clock.Now())
+		r.authored.forget(pod)
 	}
+	return opsutil.PodHandler(r.locksOfPod, seen, gone)
 }
 
 func (r *Reconciler) locksOfPod(ctx context.Context, pod *corev1.Pod) []reconcile.Request {
