@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
@@ -36,7 +37,7 @@ func (w *work) loadClaims(ctx context.Context) error {
 }
 
 func (w *work) retentionPolicy() clusterv1alpha1.PersistentVolumeClaimRetentionPolicy {
-	p := ptrValue(w.sc.Spec.PersistentVolumeClaimRetentionPolicy)
+	p := ptr.Deref(w.sc.Spec.PersistentVolumeClaimRetentionPolicy, clusterv1alpha1.PersistentVolumeClaimRetentionPolicy{})
 	if p.WhenDeleted == "" {
 		p.WhenDeleted = clusterv1alpha1.RetainClaimRetentionPolicy
 	}
@@ -226,7 +227,7 @@ func (w *work) retiredClaims() []clusterv1alpha1.RetiredClaim {
 		out = append(out, rc)
 	}
 	slices.SortFunc(out, func(a, b clusterv1alpha1.RetiredClaim) int {
-		ta, tb := ptrValue(a.RetiredAt).Time, ptrValue(b.RetiredAt).Time
+		ta, tb := ptr.Deref(a.RetiredAt, metav1.Time{}).Time, ptr.Deref(b.RetiredAt, metav1.Time{}).Time
 		if c := tb.Compare(ta); c != 0 {
 			return c
 		}

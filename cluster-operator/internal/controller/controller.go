@@ -36,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
@@ -86,7 +87,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 // Pods are cached in every namespace (orphans that match a selector are adopted), other controllers'
 // pods slim (cache.go).
 func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	registerMetrics()
+	opsutil.RegisterMetrics(podsCreated, podsRetired, claimsRetired, createFailures, deleteFailures, replacementLatency)
 	ours, err := labels.NewRequirement(clusterv1alpha1.ClusterNameLabel, selection.Exists, nil)
 	if err != nil {
 		return err
@@ -98,7 +99,7 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 			&corev1.Pod{}:                   podCache(), // other controllers' pods slim (cache.go)
 			&corev1.PersistentVolumeClaim{}: {Label: labels.NewSelector().Add(*ours)},
 			&appsv1.ControllerRevision{}:    {Label: labels.NewSelector().Add(*ours)},
-			&corev1.Node{}:                  {Transform: slimNode},
+			&corev1.Node{}:                  {Transform: opsutil.SlimNode},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
@@ -380,7 +381,7 @@ func (w *work) judgePods(ctx context.Context) {
 			m.live = !finished && w.countTerminating(pod, node)
 			continue
 		}
-		ready, _ := podReady(pod)
+		ready := opsutil.PodReady(pod)
 		if ready {
 			w.r.mem.markReady(pod.UID)
 		}

@@ -5,8 +5,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // Replacement rules. A pod is retired (deleted, never force-deleted) and replaced by a new identity
@@ -39,7 +41,7 @@ func nodeLost(sc *clusterv1alpha1.StatefulCluster, node *corev1.Node, now time.T
 	if node == nil {
 		return true, now, time.Time{}, "node not found"
 	}
-	if ptrValue(sc.Spec.ReplaceOnNodeOutOfService) {
+	if ptr.Deref(sc.Spec.ReplaceOnNodeOutOfService, false) {
 		for _, t := range node.Spec.Taints {
 			if t.Key == outOfServiceTaint {
 				since := now
@@ -54,7 +56,7 @@ func nodeLost(sc *clusterv1alpha1.StatefulCluster, node *corev1.Node, now time.T
 		if c.Type != corev1.NodeReady || c.Status == corev1.ConditionTrue {
 			continue
 		}
-		tolerance := time.Duration(ptrValue(sc.Spec.NodeLossToleranceSeconds)) * time.Second
+		tolerance := time.Duration(ptr.Deref(sc.Spec.NodeLossToleranceSeconds, 0)) * time.Second
 		since := c.LastTransitionTime.Time
 		if now.Sub(since) >= tolerance {
 			return true, since, time.Time{}, fmt.Sprintf("node %s not Ready (%s) for %ds", node.Name, c.Status, int(now.Sub(since).Seconds()))
@@ -89,7 +91,7 @@ func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.No
 		}
 	}
 	if pod.Status.Phase == "" || pod.Status.Phase == corev1.PodPending {
-		threshold := time.Duration(ptrValue(sc.Spec.PendingThresholdSeconds)) * time.Second
+		threshold := time.Duration(ptr.Deref(sc.Spec.PendingThresholdSeconds, 0)) * time.Second
 		created := pod.CreationTimestamp.Time
 		if c := podScheduled(pod); c != nil && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(created) {
 			// Scheduled at last (e.g. once its claim bound): the pod gets the threshold again to start.
@@ -108,12 +110,12 @@ func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.No
 		v.later(created.Add(threshold))
 		return v
 	}
-	ready, cond := podReady(pod)
-	if ready {
+	cond := opsutil.PodReadyCondition(pod)
+	if opsutil.PodReady(pod) {
 		return v
 	}
 	if wasReady && cond != nil {
-		threshold := time.Duration(ptrValue(sc.Spec.UnhealthyThresholdSeconds)) * time.Second
+		threshold := time.Duration(ptr.Deref(sc.Spec.UnhealthyThresholdSeconds, 0)) * time.Second
 		since := cond.LastTransitionTime.Time
 		if now.Sub(since) >= threshold {
 			v.reason, v.since = clusterv1alpha1.RetiredUnhealthy, since
@@ -143,7 +145,7 @@ func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.No
 // operator restart (the operator's memory is the primary source): the kubelet sets Ready=False when
 // the pod starts, so a Ready transition well after the start means it went Ready and back.
 func everReady(pod *corev1.Pod) bool {
-	_, cond := podReady(pod)
+	cond := opsutil.PodReadyCondition(pod)
 	if cond == nil || pod.Status.StartTime == nil {
 		return false
 	}
@@ -152,8 +154,8 @@ func everReady(pod *corev1.Pod) bool {
 
 // available reports whether a Ready pod has been Ready for minReadySeconds, and when it will be if not.
 func available(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, now time.Time) (bool, time.Time) {
-	ready, cond := podReady(pod)
-	if !ready {
+	cond := opsutil.PodReadyCondition(pod)
+	if !opsutil.PodReady(pod) {
 		return false, time.Time{}
 	}
 	at := cond.LastTransitionTime.Add(time.Duration(sc.Spec.MinReadySeconds) * time.Second)

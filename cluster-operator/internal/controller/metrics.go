@@ -1,10 +1,7 @@
 package controller
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Metrics of the operator, served on the manager's metrics endpoint.
@@ -34,12 +31,4 @@ var (
 		Help:    "Time from a pod becoming unusable (its node lost, it failed, stayed unhealthy) to the creation of its replacement; includes the configured threshold.",
 		Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 	}, []string{"namespace", "statefulcluster"})
-	registerOnce sync.Once
 )
-
-// registerMetrics adds the metrics to controller-runtime's registry once per process.
-func registerMetrics() {
-	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(podsCreated, podsRetired, claimsRetired, createFailures, deleteFailures, replacementLatency)
-	})
-}

@@ -71,13 +71,3 @@ func controllerRef(sc *clusterv1alpha1.StatefulCluster) *metav1.OwnerReference {
 		BlockOwnerDeletion: ptr.To(true),
 	}
 }
-
-// podReady reports whether the pod's Ready condition is True, and since when it has that status.
-func podReady(pod *corev1.Pod) (bool, *corev1.PodCondition) {
-	for i := range pod.Status.Conditions {
-		if c := &pod.Status.Conditions[i]; c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue, c
-		}
-	}
-	return false, nil
-}

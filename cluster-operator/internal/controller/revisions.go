@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
@@ -83,7 +84,7 @@ func (r *Reconciler) syncRevisions(ctx context.Context, sc *clusterv1alpha1.Stat
 	slices.SortFunc(set.all, func(a, b *appsv1.ControllerRevision) int { return int(a.Revision - b.Revision) })
 	switch {
 	case set.update == nil:
-		collisions := ptrValue(sc.Status.CollisionCount)
+		collisions := ptr.Deref(sc.Status.CollisionCount, 0)
 		rev := &appsv1.ControllerRevision{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: revisionName(sc, raw, collisions), Namespace: sc.Namespace,
@@ -104,7 +105,7 @@ func (r *Reconciler) syncRevisions(ctx context.Context, sc *clusterv1alpha1.Stat
 			var data revisionData
 			if err := json.Unmarshal(existing.Data.Raw, &data); err != nil || !equality.Semantic.DeepEqual(data.Template, sc.Spec.Template) {
 				// A hash collision: the next name includes a higher collision count.
-				sc.Status.CollisionCount = ptrTo(collisions + 1)
+				sc.Status.CollisionCount = ptr.To(collisions + 1)
 				return nil, fmt.Errorf("ControllerRevision %s exists with another template (hash collision)", rev.Name)
 			}
 			rev = existing
@@ -132,7 +133,7 @@ func (r *Reconciler) syncRevisions(ctx context.Context, sc *clusterv1alpha1.Stat
 
 // truncateHistory deletes the oldest revisions beyond revisionHistoryLimit that no pod uses.
 func (r *Reconciler) truncateHistory(ctx context.Context, sc *clusterv1alpha1.StatefulCluster, set *revisionSet, used map[string]bool) error {
-	limit := int(ptrValue(sc.Spec.RevisionHistoryLimit))
+	limit := int(ptr.Deref(sc.Spec.RevisionHistoryLimit, 0))
 	var old []*appsv1.ControllerRevision
 	for _, rev := range set.all {
 		if rev.Name != set.update.Name && rev.Name != set.current.Name && !used[rev.Name] {
@@ -146,13 +147,3 @@ func (r *Reconciler) truncateHistory(ctx context.Context, sc *clusterv1alpha1.St
 	}
 	return nil
 }
-
-func ptrValue[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}
-
-func ptrTo[T any](v T) *T { return &v }

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 )
@@ -21,7 +22,7 @@ import (
 // scale creates or retires pods so that replicas (plus the update's surge) are live.
 func (w *work) scale(ctx context.Context) error {
 	live := w.liveMembers()
-	target := int(ptrValue(w.sc.Spec.Replicas)) + w.surge()
+	target := int(ptr.Deref(w.sc.Spec.Replicas, 0)) + w.surge()
 	switch {
 	case len(live) < target:
 		return w.scaleUp(ctx, live, target-len(live))

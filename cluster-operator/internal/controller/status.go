@@ -6,12 +6,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/utils/ptr"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // Status: the StatefulSet status fields, the high-water mark, the identity ledger (recent retired
@@ -33,7 +33,7 @@ func (w *work) record(name string, pod *corev1.Pod, reason clusterv1alpha1.Retir
 		rec.UID, rec.Node, rec.CreatedAt = pod.UID, pod.Spec.NodeName, &created
 	}
 	st.Identities = append([]clusterv1alpha1.IdentityRecord{rec}, st.Identities...)
-	if limit := int(ptrValue(w.sc.Spec.IdentityHistoryLimit)); len(st.Identities) > limit {
+	if limit := int(ptr.Deref(w.sc.Spec.IdentityHistoryLimit, 0)); len(st.Identities) > limit {
 		st.Identities = st.Identities[:limit]
 	}
 }
@@ -78,7 +78,7 @@ func truncate(s string, n int) string {
 // applyStatus writes the observed state into the status, err being the reconcile's error, if any.
 func (w *work) applyStatus(err error) {
 	sc, st := w.sc, &w.sc.Status
-	replicas := ptrValue(sc.Spec.Replicas)
+	replicas := ptr.Deref(sc.Spec.Replicas, 0)
 	var live, ready, avail, current, updated int32
 	if w.revs != nil {
 		for _, m := range w.liveMembers() {
@@ -212,12 +212,9 @@ func failureReason(msgs []string) string {
 // patchStatus writes the status if it changed, under a resourceVersion precondition (the high-water
 // mark must never be written from a stale copy), and keeps the written copy as the new baseline.
 func (w *work) patchStatus(ctx context.Context, force bool) error {
-	if !force && equality.Semantic.DeepEqual(w.sc.Status, w.orig.Status) {
-		return nil
-	}
 	replaced := w.sc.ResourceVersion
-	if err := w.r.Client.Status().Patch(ctx, w.sc, client.MergeFromWithOptions(w.orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("writing the status: %w", err)
+	if wrote, err := opsutil.PatchStatus(ctx, w.r.Client, w.sc, w.orig, opsutil.WithOptimisticLock(), opsutil.Force(force)); !wrote {
+		return err
 	}
 	w.r.mem.wrote(w.key, replaced, w.sc)
 	w.orig = w.sc.DeepCopy()

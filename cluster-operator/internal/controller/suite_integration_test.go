@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
@@ -115,7 +116,7 @@ func nodeIsReady(ctx context.Context, name string) bool {
 	if err := suite.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return false
 	}
-	return nodeReadyStatus(node) == corev1.ConditionTrue
+	return opsutil.NodeReady(node)
 }
 
 // startOperator runs the controller; funcs, when set, intercept its writes to inject API errors. The
@@ -387,7 +388,7 @@ func (f *fixture) waitPods(sc string, want ...string) {
 		for name, p := range pods {
 			if p.DeletionTimestamp.IsZero() {
 				got = append(got, name)
-				ready, _ := podReady(p)
+				ready := opsutil.PodReady(p)
 				assert.True(c, ready, "pod %s Ready", name)
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 )
@@ -17,7 +18,7 @@ import (
 
 // updateBounds resolves maxUnavailable and maxSurge against replicas (percentages rounded up).
 func updateBounds(sc *clusterv1alpha1.StatefulCluster) (maxUnavailable, maxSurge, partition int) {
-	replicas := int(ptrValue(sc.Spec.Replicas))
+	replicas := int(ptr.Deref(sc.Spec.Replicas, 0))
 	maxUnavailable = 1
 	ru := sc.Spec.UpdateStrategy.RollingUpdate
 	if ru == nil {
@@ -36,12 +37,12 @@ func updateBounds(sc *clusterv1alpha1.StatefulCluster) (maxUnavailable, maxSurge
 	if maxUnavailable == 0 && maxSurge == 0 {
 		maxUnavailable = 1 // CEL forbids both 0; a percentage of few replicas can still round to it
 	}
-	return maxUnavailable, maxSurge, int(ptrValue(ru.Partition))
+	return maxUnavailable, maxSurge, int(ptr.Deref(ru.Partition, 0))
 }
 
 // wantUpdated is how many live pods should be of the update revision.
 func (w *work) wantUpdated() int {
-	replicas := int(ptrValue(w.sc.Spec.Replicas))
+	replicas := int(ptr.Deref(w.sc.Spec.Replicas, 0))
 	if w.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType {
 		return replicas
 	}
@@ -82,13 +83,13 @@ func (w *work) rollingUpdate(ctx context.Context) {
 	}
 	// The partition keeps replicas-wantUpdated old pods; every other old pod is to be replaced. This
 	// does not depend on how many updated pods exist, so a surge pod does not end the update early.
-	keepOld := int(ptrValue(w.sc.Spec.Replicas)) - w.wantUpdated()
+	keepOld := int(ptr.Deref(w.sc.Spec.Replicas, 0)) - w.wantUpdated()
 	w.toUpdate = max(len(old)-keepOld, 0)
 	if w.toUpdate == 0 {
 		return
 	}
 	w.updateRun = true
-	replicas := int(ptrValue(w.sc.Spec.Replicas))
+	replicas := int(ptr.Deref(w.sc.Spec.Replicas, 0))
 	maxUnavailable, _, _ := updateBounds(w.sc)
 	availableNow := 0
 	for _, m := range live {

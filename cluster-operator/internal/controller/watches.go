@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -16,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // Watches: a StatefulCluster's spec changes and deletion; its pods (and orphans its selector
@@ -35,9 +35,7 @@ func clusterPredicate() predicate.Predicate {
 func podPredicate() predicate.TypedPredicate[*corev1.Pod] {
 	return predicate.TypedFuncs[*corev1.Pod]{UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Pod]) bool {
 		o, n := e.ObjectOld, e.ObjectNew
-		or, _ := podReady(o)
-		nr, _ := podReady(n)
-		return or != nr || o.Status.Phase != n.Status.Phase || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+		return opsutil.PodReady(o) != opsutil.PodReady(n) || o.Status.Phase != n.Status.Phase || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
 			o.Spec.NodeName != n.Spec.NodeName || !labels.Equals(o.Labels, n.Labels) ||
 			len(o.OwnerReferences) != len(n.OwnerReferences)
 	}}
@@ -46,37 +44,20 @@ func podPredicate() predicate.TypedPredicate[*corev1.Pod] {
 // podHandler maps a pod to its StatefulCluster (its controller, or for an orphan every StatefulCluster
 // of the namespace whose selector matches it) and keeps the operator's memory of pods current.
 func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconcile.Request] {
-	enqueue := func(ctx context.Context, pod *corev1.Pod, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		for _, req := range r.clustersOfPod(ctx, pod) {
-			q.Add(req)
-		}
-	}
-	note := func(pod *corev1.Pod) {
-		if ready, _ := podReady(pod); ready {
+	seen := func(pod *corev1.Pod) {
+		if opsutil.PodReady(pod) {
 			r.mem.markReady(pod.UID)
 		}
-		if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "StatefulCluster" {
-			r.mem.observed(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, pod.Name)
+		if key, ok := opsutil.ControllerOfKind(pod, "StatefulCluster"); ok {
+			r.mem.observed(key, pod.Name)
 		}
 	}
-	return handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			note(e.Object)
-			enqueue(ctx, e.Object, q)
-		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			note(e.ObjectNew)
-			enqueue(ctx, e.ObjectNew, q)
-		},
-		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			pod := e.Object
-			if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "StatefulCluster" {
-				r.mem.podGone(types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name},
-					gonePod{name: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, created: pod.CreationTimestamp.Time})
-			}
-			enqueue(ctx, pod, q)
-		},
+	gone := func(pod *corev1.Pod) {
+		if key, ok := opsutil.ControllerOfKind(pod, "StatefulCluster"); ok {
+			r.mem.podGone(key, gonePod{name: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, created: pod.CreationTimestamp.Time})
+		}
 	}
+	return opsutil.PodHandler(r.clustersOfPod, seen, gone)
 }
 
 func (r *Reconciler) clustersOfPod(ctx context.Context, pod *corev1.Pod) []reconcile.Request {
@@ -128,59 +109,18 @@ func nodePredicate() predicate.TypedPredicate[*corev1.Node] {
 	return predicate.TypedFuncs[*corev1.Node]{
 		CreateFunc: func(event.TypedCreateEvent[*corev1.Node]) bool { return false },
 		UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Node]) bool {
-			return nodeReadyStatus(e.ObjectOld) != nodeReadyStatus(e.ObjectNew) || len(e.ObjectOld.Spec.Taints) != len(e.ObjectNew.Spec.Taints)
+			return opsutil.NodeReadyStatus(e.ObjectOld) != opsutil.NodeReadyStatus(e.ObjectNew) || len(e.ObjectOld.Spec.Taints) != len(e.ObjectNew.Spec.Taints)
 		},
 	}
 }
 
-func nodeReadyStatus(node *corev1.Node) corev1.ConditionStatus {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status
-		}
-	}
-	return ""
-}
-
 // nodeHandler maps a node to the StatefulClusters of the pods on it.
 func (r *Reconciler) nodeHandler() handler.TypedEventHandler[*corev1.Node, reconcile.Request] {
-	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, node *corev1.Node) []reconcile.Request {
-		var pods corev1.PodList
-		if err := r.Cache.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Failed to list pods", "node", node.Name)
+	return handler.TypedEnqueueRequestsFromMapFunc(opsutil.NodeToPodOwners(r.Cache, indexPodNode,
+		func(_ context.Context, pod *corev1.Pod) []reconcile.Request {
+			if key, ok := opsutil.ControllerOfKind(pod, "StatefulCluster"); ok {
+				return []reconcile.Request{{NamespacedName: key}}
+			}
 			return nil
-		}
-		seen := map[reconcile.Request]bool{}
-		var reqs []reconcile.Request
-		for i := range pods.Items {
-			ref := metav1.GetControllerOf(&pods.Items[i])
-			if ref == nil || ref.Kind != "StatefulCluster" {
-				continue
-			}
-			req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pods.Items[i].Namespace, Name: ref.Name}}
-			if !seen[req] {
-				seen[req] = true
-				reqs = append(reqs, req)
-			}
-		}
-		return reqs
-	})
-}
-
-// slimNode keeps a node's name, labels, taints and Ready condition.
-func slimNode(obj any) (any, error) {
-	node, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil
-	}
-	slim := &corev1.Node{TypeMeta: node.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion, Labels: node.Labels,
-	}}
-	slim.Spec.Taints = node.Spec.Taints
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			slim.Status.Conditions = []corev1.NodeCondition{c}
-		}
-	}
-	return slim, nil
+		}, nil))
 }

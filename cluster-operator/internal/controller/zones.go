@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // Zone spread (spec.zoneSpread). Each new identity is pinned, by a required node affinity, to one zone:
@@ -33,7 +34,7 @@ func (w *work) newZonePlanner() *zonePlanner {
 	}
 	p := &zonePlanner{key: key, counts: map[string]int{}}
 	for _, n := range w.allNodes {
-		if zone := n.Labels[key]; zone != "" && nodeReadyStatus(n) == corev1.ConditionTrue {
+		if zone := n.Labels[key]; zone != "" && opsutil.NodeReady(n) {
 			p.counts[zone] += 0
 		}
 	}

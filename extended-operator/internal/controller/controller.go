@@ -43,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
@@ -127,7 +128,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 
 // SetupWithOptions registers the ExtendedStatefulSet controller with the manager.
 func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	registerMetrics()
+	opsutil.RegisterMetrics(versionsCreated, versionsDeleted, staleVersions, canaryRetries,
+		configRestarts, replicasRestored, volumeHandovers, configDelay, upgradeDuration, zonesRemoved, zoneUpgradesWaiting,
+		upgradeJobsCreated, zonesWithoutReadyNode)
 	indexer := mgr.GetFieldIndexer()
 	for index, kind := range map[string]string{indexConfigMaps: "ConfigMap", indexSecrets: "Secret"} {
 		if err := indexer.IndexField(ctx, &extendedv1alpha1.ExtendedStatefulSet{}, index, func(o client.Object) []string {
@@ -194,7 +197,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, ests *extendedv1alpha1.Exten
 		o.errMessage = err.Error()
 	}
 	r.applyStatus(ests, o)
-	if serr := r.patchStatus(ctx, ests, orig); serr != nil {
+	if _, serr := opsutil.PatchStatus(ctx, r.Client, ests, orig, opsutil.IgnoreNotFound()); serr != nil {
 		if err == nil {
 			err = serr
 		}

@@ -1,10 +1,7 @@
 package controller
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Metrics of the operator, served on the manager's metrics endpoint.
@@ -63,14 +60,4 @@ var (
 		Name: "extended_operator_zones_unavailable",
 		Help: "Zones of spec.az.zones without a Ready node (zone outage).",
 	}, []string{"namespace", "extendedstatefulset"})
-	registerOnce sync.Once
 )
-
-// registerMetrics adds the metrics to controller-runtime's registry once per process.
-func registerMetrics() {
-	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(versionsCreated, versionsDeleted, staleVersions, canaryRetries,
-			configRestarts, replicasRestored, volumeHandovers, configDelay, upgradeDuration, zonesRemoved, zoneUpgradesWaiting,
-			upgradeJobsCreated, zonesWithoutReadyNode)
-	})
-}

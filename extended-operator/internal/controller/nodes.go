@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // Zone outages. A zone of spec.az.zones none of whose nodes is Ready (all NotReady, or none labelled
@@ -24,16 +25,6 @@ import (
 // but only their readiness and labels wake a reconcile (a node's status changes every heartbeat).
 
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-
-// nodeReady reports whether the node's Ready condition is True.
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
 
 // zoneNodes counts the Ready nodes of each zone (nil without zones).
 func (r *Reconciler) zoneNodes(ctx context.Context, zones []zone) (map[string]int32, error) {
@@ -50,7 +41,7 @@ func (r *Reconciler) zoneNodes(ctx context.Context, zones []zone) (map[string]in
 	}
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		if z, ok := out[n.Labels[zones[0].nodeLabel]]; ok && nodeReady(n) && n.DeletionTimestamp.IsZero() {
+		if z, ok := out[n.Labels[zones[0].nodeLabel]]; ok && opsutil.NodeReady(n) && n.DeletionTimestamp.IsZero() {
 			out[n.Labels[zones[0].nodeLabel]] = z + 1
 		}
 	}
@@ -101,7 +92,7 @@ func nodeZoneChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return true
 			}
-			return nodeReady(o) != nodeReady(n) || !maps.Equal(o.Labels, n.Labels) || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
+			return opsutil.NodeReady(o) != opsutil.NodeReady(n) || !maps.Equal(o.Labels, n.Labels) || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero()
 		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}

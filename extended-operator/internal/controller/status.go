@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,11 +8,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
@@ -376,17 +373,6 @@ func applyZoneStatus(st *extendedv1alpha1.ExtendedStatefulSetStatus, o *outcome)
 			st.UpdatedReplicas += n.sts.Status.Replicas
 		}
 	}
-}
-
-// patchStatus writes the status when it differs from orig's.
-func (r *Reconciler) patchStatus(ctx context.Context, ests, orig *extendedv1alpha1.ExtendedStatefulSet) error {
-	if equality.Semantic.DeepEqual(ests.Status, orig.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, ests, client.MergeFrom(orig)); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("writing the status: %w", err)
-	}
-	return nil
 }
 
 // event records an Event about the ExtendedStatefulSet, related to one of its StatefulSets.

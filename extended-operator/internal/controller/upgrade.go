@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // reconcileVersions makes the versions of every zone agree with the spec (reconcileZone), one zone at a
@@ -480,7 +481,7 @@ func (r *Reconciler) restartNotReadyPods(ctx context.Context, v *version) error 
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !p.DeletionTimestamp.IsZero() || podReady(p) {
+		if !p.DeletionTimestamp.IsZero() || opsutil.PodReady(p) {
 			continue
 		}
 		if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
@@ -488,15 +489,6 @@ func (r *Reconciler) restartNotReadyPods(ctx context.Context, v *version) error 
 		}
 	}
 	return nil
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // setPhase moves a version to the next phase, with its replica count, and restarts the watch.
@@ -619,17 +611,6 @@ func (r *Reconciler) patchVersion(ctx context.Context, v *version, mutate func(*
 	}
 	v.sts = sts
 	return nil
-}
-
-// isProgressingFor reports whether the status already says Progressing for that reason (so its Event
-// was recorded).
-func isProgressingFor(ests *extendedv1alpha1.ExtendedStatefulSet, reason string) bool {
-	for _, c := range ests.Status.Conditions {
-		if c.Type == extendedv1alpha1.ConditionProgressing {
-			return c.Reason == reason
-		}
-	}
-	return false
 }
 
 // watchTime is the watch of a phase: canaryWatchTime for canaries, updateWatchTime for the rest.

@@ -10,6 +10,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -91,6 +92,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 // (statefulset.kubernetes.io/pod-name), Leases labelled by a lock, nodes and pods stripped to the
 // fields the election reads, and StatefulSets as metadata only.
 func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+	opsutil.RegisterMetrics(failovers, failoverLatency)
 	podsOfStatefulSets, err := labels.NewRequirement(appsv1.StatefulSetPodNameLabel, selection.Exists, nil)
 	if err != nil {
 		return err
@@ -103,9 +105,9 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Scheme: mgr.GetScheme(),
 		Mapper: mgr.GetRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:           {Label: labels.NewSelector().Add(*podsOfStatefulSets), Transform: slimPod},
+			&corev1.Pod{}:           {Label: labels.NewSelector().Add(*podsOfStatefulSets), Transform: opsutil.SlimPod},
 			&coordinationv1.Lease{}: {Label: labels.NewSelector().Add(*locksLeases)},
-			&corev1.Node{}:          {Transform: slimNode},
+			&corev1.Node{}:          {Transform: opsutil.SlimNode},
 			statefulSetMeta(""):     {},
 		},
 		DefaultTransform: cache.TransformStripManagedFields(),
@@ -171,12 +173,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLoc
 	if !lock.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.finalize(ctx, lock)
 	}
-	if !controllerutil.ContainsFinalizer(lock, leasev1.Finalizer) {
-		orig := lock.DeepCopy()
-		controllerutil.AddFinalizer(lock, leasev1.Finalizer)
-		if err := r.Client.Patch(ctx, lock, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
-		}
+	if added, err := opsutil.EnsureFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
+		return reconcile.Result{}, err
+	} else if added {
 		r.authored.record(lock)
 	}
 	orig := lock.DeepCopy()
@@ -189,7 +188,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLoc
 		o = outcome{state: leasev1.ReasonReconcileError, message: err.Error()}
 	}
 	applyStatus(lock, o)
-	if serr := r.patchStatus(ctx, lock, orig); serr != nil {
+	if _, serr := opsutil.PatchStatus(ctx, r.Client, lock, orig); serr != nil {
 		if err == nil {
 			err = serr
 		}
@@ -279,7 +278,7 @@ func (r *Reconciler) reconcileLock(ctx context.Context, lock *leasev1.StatefulSe
 	}
 	for _, name := range demoted {
 		r.Recorder.Eventf(lock, podRef(lock.Namespace, name), corev1.EventTypeNormal, leasev1.EventWriterDemoted, "Demote",
-			"Pod %s is no longer the writer (%s)", name, orDefault(decision.Reason, "label corrected"))
+			"Pod %s is no longer the writer (%s)", name, cmp.Or(decision.Reason, "label corrected"))
 	}
 	// 2. Move (or renew) the Lease under its resourceVersion precondition.
 	due, renewAfter := true, duration/2
@@ -304,11 +303,11 @@ func (r *Reconciler) reconcileLock(ctx context.Context, lock *leasev1.StatefulSe
 		}
 		if promoted {
 			r.Recorder.Eventf(lock, podRef(lock.Namespace, decision.Writer.Name), corev1.EventTypeNormal, leasev1.EventWriterElected, "Elect",
-				"Pod %s is the writer with epoch %d (%s)", decision.Writer.Name, w.transitions, orDefault(decision.Reason, "label restored"))
+				"Pod %s is the writer with epoch %d (%s)", decision.Writer.Name, w.transitions, cmp.Or(decision.Reason, "label restored"))
 		}
 	}
 	if moved {
-		o.failoverReason, o.failoverTime = orDefault(decision.Reason, leasev1.FailoverReasonInitialElection), r.Clock.Now()
+		o.failoverReason, o.failoverTime = cmp.Or(decision.Reason, leasev1.FailoverReasonInitialElection), r.Clock.Now()
 		failovers.WithLabelValues(o.failoverReason).Inc()
 		if since, ok := r.obs.unusableSince(holder); ok {
 			failoverLatency.WithLabelValues(o.failoverReason).Observe(r.Clock.Since(since).Seconds())
@@ -362,12 +361,8 @@ func (r *Reconciler) finalize(ctx context.Context, lock *leasev1.StatefulSetLock
 			}
 		}
 	}
-	orig := lock.DeepCopy()
-	controllerutil.RemoveFinalizer(lock, leasev1.Finalizer)
-	if err := r.Client.Patch(ctx, lock, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing the finalizer: %w", err)
-	}
-	return nil
+	_, err = opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer)
+	return err
 }
 
 // clearSwitchover removes the switchover annotation once the writer is its target.
@@ -422,12 +417,12 @@ func (r *Reconciler) podViews(ctx context.Context, lock *leasev1.StatefulSetLock
 			if err != nil && !apierrors.IsNotFound(err) {
 				return nil, fmt.Errorf("reading node %s: %w", pod.Spec.NodeName, err)
 			}
-			ready = err == nil && nodeIsReady(node)
+			ready = err == nil && opsutil.NodeReady(node)
 			nodeReady[pod.Spec.NodeName] = ready
 		}
 		v := PodView{
 			Name: pod.Name, UID: pod.UID, Ordinal: Ordinal(lock.Spec.StatefulSetName, pod.Name),
-			Ready: podIsReady(pod), Terminating: !pod.DeletionTimestamp.IsZero(), NodeReady: ready,
+			Ready: opsutil.PodReady(pod), Terminating: !pod.DeletionTimestamp.IsZero(), NodeReady: ready,
 		}
 		if !v.Ready {
 			v.NotReadySince = r.obs.notReadySince(pod.UID, now)
@@ -435,24 +430,6 @@ func (r *Reconciler) podViews(ctx context.Context, lock *leasev1.StatefulSetLock
 		views = append(views, v)
 	}
 	return views, nil
-}
-
-func podIsReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func nodeIsReady(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // statefulSetMeta is a metadata-only StatefulSet: the operator needs to know that it exists, not its body.
@@ -464,11 +441,4 @@ func statefulSetMeta(name string) *metav1.PartialObjectMetadata {
 
 func podRef(namespace, name string) *corev1.ObjectReference {
 	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: name}
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

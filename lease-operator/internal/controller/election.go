@@ -67,9 +67,6 @@ type Decision struct {
 	RetryAfter time.Duration
 }
 
-// Changed reports whether the decision moves the writer role away from the current holder.
-func (d Decision) Changed() bool { return d.Reason != "" }
-
 // Decide elects the writer. A usable holder keeps the role (stickiness: neither the Lease's age nor
 // an operator restart moves it), unless a planned switchover names another eligible pod. An unusable
 // holder (gone, recreated under its name, terminating, on a NotReady node, or not Ready for longer

@@ -86,7 +86,7 @@ func FuzzDecide(f *testing.F) {
 			if lowest >= 0 {
 				t.Fatalf("no writer although %d pods include an eligible one (ordinal %d): %+v", len(pods), lowest, in)
 			}
-		case d.Writer == in.Holder && !d.Changed():
+		case d.Writer == in.Holder && d.Reason == "":
 			if !holderUsable {
 				t.Fatalf("the unusable holder %+v kept the role: %+v", in.Holder, in)
 			}
@@ -116,7 +116,7 @@ func FuzzDecide(f *testing.F) {
 		if d.Writer != (Holder{}) {
 			again := in
 			again.Holder, again.SwitchoverTo = d.Writer, ""
-			if d2 := Decide(again); d2.Changed() && d.Writer != in.Holder {
+			if d2 := Decide(again); d2.Reason != "" && d.Writer != in.Holder {
 				t.Fatalf("unstable: %+v elected, then replaced by %+v (%s)", d.Writer, d2.Writer, d2.Reason)
 			}
 		}

@@ -1,16 +1,12 @@
 package controller
 
 import (
-	"context"
 	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
@@ -26,10 +22,6 @@ var (
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 	}, []string{"reason"})
 )
-
-func init() {
-	metrics.Registry.MustRegister(failovers, failoverLatency)
-}
 
 // outcome is what one reconcile found, from which the status is computed.
 type outcome struct {
@@ -98,15 +90,4 @@ func stateMessage(o outcome) string {
 		return "No pod of the StatefulSet is Ready: there is no writer"
 	}
 	return o.state
-}
-
-// patchStatus writes the status when it differs from orig's.
-func (r *Reconciler) patchStatus(ctx context.Context, lock, orig *leasev1.StatefulSetLock) error {
-	if equality.Semantic.DeepEqual(lock.Status, orig.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, lock, client.MergeFrom(orig)); err != nil {
-		return fmt.Errorf("writing the status: %w", err)
-	}
-	return nil
 }

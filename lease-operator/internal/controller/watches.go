@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -18,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // authored remembers the resourceVersion of every object the operator wrote last, so that the watch
@@ -112,7 +112,7 @@ func (o *observations) unusableSince(holder Holder) (time.Time, bool) {
 func podKey(pod *corev1.Pod) string { return "pod/" + string(pod.UID) }
 
 // usable reports whether the pod, as far as the pod alone tells, can serve as the writer.
-func usable(pod *corev1.Pod) bool { return podIsReady(pod) && pod.DeletionTimestamp.IsZero() }
+func usable(pod *corev1.Pod) bool { return opsutil.PodReady(pod) && pod.DeletionTimestamp.IsZero() }
 
 // lockPredicate lets through the lock's creation, deletion and changes of its spec or annotations
 // (the switchover annotation), but not the operator's own writes (status, finalizer, annotation).
@@ -135,7 +135,7 @@ func (r *Reconciler) podPredicate() predicate.TypedPredicate[*corev1.Pod] {
 		if r.authored.own(n) {
 			return false
 		}
-		return podIsReady(o) != podIsReady(n) || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+		return opsutil.PodReady(o) != opsutil.PodReady(n) || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
 			o.Spec.NodeName != n.Spec.NodeName ||
 			o.Labels[leasev1.RoleLabel] != n.Labels[leasev1.RoleLabel] ||
 			o.Annotations[leasev1.WriterEpochAnnotation] != n.Annotations[leasev1.WriterEpochAnnotation]
@@ -145,33 +145,18 @@ func (r *Reconciler) podPredicate() predicate.TypedPredicate[*corev1.Pod] {
 // podHandler maps a pod to the locks naming its StatefulSet, and notes when a pod stops being usable
 // (the start of the failover-latency measurement) as soon as the event arrives.
 func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconcile.Request] {
-	enqueue := func(ctx context.Context, pod *corev1.Pod, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		for _, req := range r.locksOfPod(ctx, pod) {
-			q.Add(req)
-		}
-	}
-	note := func(pod *corev1.Pod) {
+	seen := func(pod *corev1.Pod) {
 		if usable(pod) {
 			r.obs.clear(podKey(pod))
 		} else {
 			r.obs.mark(podKey(pod), r.Clock.Now())
 		}
 	}
-	return handler.TypedFuncs[*corev1.Pod, reconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			note(e.Object)
-			enqueue(ctx, e.Object, q)
-		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			note(e.ObjectNew)
-			enqueue(ctx, e.ObjectNew, q)
-		},
-		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*corev1.Pod], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			r.obs.mark(podKey(e.Object), r.Clock.Now())
-			r.authored.forget(e.Object)
-			enqueue(ctx, e.Object, q)
-		},
+	gone := func(pod *corev1.Pod) {
+		r.obs.mark(podKey(pod), r.Clock.Now())
+		r.authored.forget(pod)
 	}
+	return opsutil.PodHandler(r.locksOfPod, seen, gone)
 }
 
 func (r *Reconciler) locksOfPod(ctx context.Context, pod *corev1.Pod) []reconcile.Request {
@@ -231,7 +216,7 @@ func (r *Reconciler) nodePredicate() predicate.TypedPredicate[*corev1.Node] {
 	return predicate.TypedFuncs[*corev1.Node]{
 		CreateFunc: func(event.TypedCreateEvent[*corev1.Node]) bool { return false },
 		UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Node]) bool {
-			return nodeIsReady(e.ObjectOld) != nodeIsReady(e.ObjectNew)
+			return opsutil.NodeReady(e.ObjectOld) != opsutil.NodeReady(e.ObjectNew)
 		},
 	}
 }
@@ -239,59 +224,10 @@ func (r *Reconciler) nodePredicate() predicate.TypedPredicate[*corev1.Node] {
 // nodeHandler maps a node to the locks of the StatefulSet pods on it, noting when those pods became
 // unusable because of their node.
 func (r *Reconciler) nodeHandler() handler.TypedEventHandler[*corev1.Node, reconcile.Request] {
-	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, node *corev1.Node) []reconcile.Request {
-		var pods corev1.PodList
-		if err := r.Cache.List(ctx, &pods, client.MatchingFields{indexPodNode: node.Name}); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Failed to list pods", "node", node.Name)
-			return nil
-		}
-		ready := nodeIsReady(node)
-		seen := map[reconcile.Request]bool{}
-		var reqs []reconcile.Request
-		for i := range pods.Items {
-			pod := &pods.Items[i]
-			if !ready {
+	return handler.TypedEnqueueRequestsFromMapFunc(opsutil.NodeToPodOwners(r.Cache, indexPodNode, r.locksOfPod,
+		func(node *corev1.Node, pod *corev1.Pod) {
+			if !opsutil.NodeReady(node) {
 				r.obs.mark(podKey(pod), r.Clock.Now())
 			}
-			for _, req := range r.locksOfPod(ctx, pod) {
-				if !seen[req] {
-					seen[req] = true
-					reqs = append(reqs, req)
-				}
-			}
-		}
-		return reqs
-	})
-}
-
-// slimPod keeps what the controller reads of a pod: metadata (without managedFields), the node,
-// the phase and the conditions.
-func slimPod(obj any) (any, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	slim := &corev1.Pod{TypeMeta: pod.TypeMeta, ObjectMeta: pod.ObjectMeta}
-	slim.ManagedFields = nil
-	slim.Spec.NodeName = pod.Spec.NodeName
-	slim.Status.Phase = pod.Status.Phase
-	slim.Status.Conditions = pod.Status.Conditions
-	return slim, nil
-}
-
-// slimNode keeps a node's name and Ready condition.
-func slimNode(obj any) (any, error) {
-	node, ok := obj.(*corev1.Node)
-	if !ok {
-		return obj, nil
-	}
-	slim := &corev1.Node{TypeMeta: node.TypeMeta, ObjectMeta: metav1.ObjectMeta{
-		Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion, Labels: node.Labels,
-	}}
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			slim.Status.Conditions = []corev1.NodeCondition{c}
-		}
-	}
-	return slim, nil
+		}))
 }

@@ -13,15 +13,12 @@ const (
 	ConditionError = "Error"
 )
 
-// Condition reasons of a StatefulSetLock. The first seven are the original operator's.
+// Condition reasons of a StatefulSetLock. The first four are the original operator's.
 const (
 	ReasonReconciling         = "Reconciling"
 	ReasonReconcileError      = "ReconcileError"
 	ReasonAvailable           = "Available"
 	ReasonStatefulSetNotFound = "StatefulSetNotFound"
-	ReasonValidationError     = "ValidationError"
-	ReasonLeaseNotFound       = "LeaseNotFound"
-	ReasonPodsNotFound        = "PodsNotFound"
 	// ReasonLeaseConflict: a Lease named spec.leaseName exists and is not owned by this lock.
 	ReasonLeaseConflict = "LeaseConflict"
 	// ReasonNoReadyPods: the StatefulSet has no Ready pod (e.g. scaled to zero); not an error.
