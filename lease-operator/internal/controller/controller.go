@@ -70,6 +70,7 @@ type Reconciler struct {
 
 	obs      *observations
 	authored *authored
+	written  *writtenConditions
 }
 
 // Options adjust Setup for tests.
@@ -151,6 +152,7 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Clock:     opts.Clock,
 		obs:       newObservations(),
 		authored:  newAuthored(),
+		written:   newWrittenConditions(),
 	}
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -193,7 +195,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLoc
 			err = serr
 		}
 	} else {
-		r.waitingEvent(lock, orig)
+		r.waitingEvent(lock, r.written.swap(lock, orig.Status.Conditions))
 	}
 	return result, err
 }
@@ -201,12 +203,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLoc
 // waitingEvent records an Event when the lock enters a state in which it has no working writer (no
 // StatefulSet, no Ready pod, a failover delayed, a conflict, an error), once per entry: kubectl describe
 // says why it waits. A Warning for the error states.
-func (r *Reconciler) waitingEvent(lock, orig *leasev1.StatefulSetLock) {
+// before is the lock's conditions as this process last wrote them (or as read, the first time).
+func (r *Reconciler) waitingEvent(lock *leasev1.StatefulSetLock, before []metav1.Condition) {
 	eventType := corev1.EventTypeNormal
 	if c := meta.FindStatusCondition(lock.Status.Conditions, leasev1.ConditionReady); c != nil && errorStates[c.Reason] {
 		eventType = corev1.EventTypeWarning
 	}
-	opsutil.EventOnTransition(r.Recorder, lock, nil, orig.Status.Conditions, lock.Status.Conditions, opsutil.Transition{
+	opsutil.EventOnTransition(r.Recorder, lock, nil, before, lock.Status.Conditions, opsutil.Transition{
 		Type: leasev1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
 	})
 }
@@ -362,6 +365,9 @@ func (r *Reconciler) finalize(ctx context.Context, lock *leasev1.StatefulSetLock
 		}
 	}
 	_, err = opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer)
+	if err == nil {
+		r.written.forget(lock)
+	}
 	return err
 }
 

@@ -401,7 +401,10 @@ func TestRecreatedTerminatingAndNodeNotReady(t *testing.T) {
 		assert.Equal(c, leasev1.RoleReader, roles["db-2"])
 		assert.Equal(c, leasev1.RoleReader, roles[writer], "the terminating pod is labelled too")
 	}, wait, tick)
-	assert.Equal(t, leasev1.FailoverReasonNodeNotReady, f.lock("lock").Status.LastFailoverReason)
+	// The status is written after the labels: wait for it rather than reading it once.
+	require.Eventually(t, func() bool {
+		return f.lock("lock").Status.LastFailoverReason == leasev1.FailoverReasonNodeNotReady
+	}, wait, tick, "last failover reason NodeNotReady")
 }
 
 // Quiet at rest: with nothing changing, the only writes are Lease renewals at half the duration.

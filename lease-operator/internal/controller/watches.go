@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -230,4 +231,36 @@ func (r *Reconciler) nodeHandler() handler.TypedEventHandler[*corev1.Node, recon
 				r.obs.mark(podKey(pod), r.Clock.Now())
 			}
 		}))
+}
+
+// writtenConditions remembers, per lock, the conditions this process last wrote (or found written).
+// The waiting Event compares the new conditions with these rather than with the lock as read: a
+// reconcile may read the lock from a cache that does not show its own last status write yet, and
+// would otherwise announce the same wait twice. After a restart the lock as read is the reference.
+type writtenConditions struct {
+	mu    sync.Mutex
+	byUID map[types.UID][]metav1.Condition
+}
+
+func newWrittenConditions() *writtenConditions {
+	return &writtenConditions{byUID: map[types.UID][]metav1.Condition{}}
+}
+
+// swap returns the conditions last recorded for the lock (read, when none was) and records the lock's
+// current ones.
+func (w *writtenConditions) swap(lock *leasev1.StatefulSetLock, read []metav1.Condition) []metav1.Condition {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	before, ok := w.byUID[lock.UID]
+	if !ok {
+		before = read
+	}
+	w.byUID[lock.UID] = slices.Clone(lock.Status.Conditions)
+	return before
+}
+
+func (w *writtenConditions) forget(lock *leasev1.StatefulSetLock) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.byUID, lock.UID)
 }
