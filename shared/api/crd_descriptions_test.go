@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// outsideReference matches what a user reading `kubectl explain` cannot follow: the specification's
-// "seed 00N" numbering and documents that are not shipped with the repository.
+// outsideReference matches what a user reading `kubectl explain` cannot follow: the numbering of the
+// specification documents and documents that are not shipped with the repository.
 var outsideReference = regexp.MustCompile(`(?i)\bseeds?\b|DESIGN(\.md)?\b|features\.md|real-node\.md|reliability-performance\.md|style\.md|\.\./`)
 
 // descriptions walks a decoded CRD and returns every "description" value with its path.
@@ -35,7 +35,7 @@ func descriptions(path string, node any, out map[string]string) {
 }
 
 // CRD descriptions are what `kubectl explain` shows: they must speak to users, never point at the
-// specification's seeds or at documents outside the repository.
+// numbered specification documents or at documents outside the repository.
 func TestCRDDescriptionsNameNoSeedOrOutsideDocument(t *testing.T) {
 	require.True(t, outsideReference.MatchString("as in seed 002"), "the matcher finds a seed reference")
 	require.True(t, outsideReference.MatchString("see ../DESIGN.md"), "the matcher finds an outside document")
