@@ -37,7 +37,7 @@ func descriptions(path string, node any, out map[string]string) {
 // CRD descriptions are what `kubectl explain` shows: they must speak to users, never point at the
 // numbered specification documents or at documents outside the repository.
 func TestCRDDescriptionsNameNoSeedOrOutsideDocument(t *testing.T) {
-	require.True(t, outsideReference.MatchString("as in seed 002"), "the matcher finds a seed reference")
+	require.True(t, outsideReference.MatchString("as in seed 3"), "the matcher finds a seed reference")
 	require.True(t, outsideReference.MatchString("see ../DESIGN.md"), "the matcher finds an outside document")
 	require.False(t, outsideReference.MatchString("seeded from the pod template"), "no false positive on seeded")
 
