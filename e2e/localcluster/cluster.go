@@ -299,9 +299,6 @@ func (c *Cluster) Started() bool { return c.started }
 // Kubeconfig returns the path of the admin kubeconfig: <StateDir>/kubeconfig.
 func (c *Cluster) Kubeconfig() string { return kubeconfigPath(c.opts.StateDir) }
 
-// RESTConfig returns a copy of the admin client configuration.
-func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.config) }
-
 // Client returns an admin clientset.
 func (c *Cluster) Client() kubernetes.Interface { return c.client }
 

@@ -25,7 +25,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,13 +34,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;patch
@@ -95,7 +94,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 // PhasedRollouts (spec changes only: its own status writes do not trigger it), StatefulSets and
 // their pods (mapped to the PhasedRollout whose targetRef names the StatefulSet).
 func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	registerMetrics()
+	opsutil.RegisterMetrics(stepsTotal, checksTotal, stepDuration, stepOverhead)
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &rolloutv1alpha1.PhasedRollout{}, indexTarget, func(o client.Object) []string {
 		return []string{o.(*rolloutv1alpha1.PhasedRollout).Spec.TargetRef}
 	}); err != nil {
@@ -190,12 +189,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !pr.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.finalize(ctx, pr)
 	}
-	if !controllerutil.ContainsFinalizer(pr, rolloutv1alpha1.Finalizer) {
-		orig := pr.DeepCopy()
-		controllerutil.AddFinalizer(pr, rolloutv1alpha1.Finalizer)
-		if err := r.Client.Patch(ctx, pr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return reconcile.Result{}, fmt.Errorf("adding the finalizer: %w", err)
-		}
+	if _, err := opsutil.EnsureFinalizer(ctx, r.Client, pr, rolloutv1alpha1.Finalizer); err != nil {
+		return reconcile.Result{}, err
 	}
 	orig := pr.DeepCopy()
 	s := &scope{pr: pr, now: time.Now()}
@@ -208,11 +203,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	pr.Status.ObservedGeneration = pr.Generation
 	setConditions(pr)
-	if equality.Semantic.DeepEqual(orig.Status, pr.Status) {
-		// Nothing to write: an idle rollout makes no API writes at rest.
-	} else if serr := r.Client.Status().Patch(ctx, pr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); serr != nil {
+	// Written only when it changed (an idle rollout makes no API writes at rest), under an optimistic
+	// lock: the partition decision recorded in it depends on the state read.
+	if _, serr := opsutil.PatchStatus(ctx, r.Client, pr, orig, opsutil.WithOptimisticLock()); serr != nil {
 		if err == nil {
-			err = fmt.Errorf("writing the status: %w", serr)
+			err = serr
 		}
 		return reconcile.Result{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // finalize hands the StatefulSet back when the PhasedRollout is deleted: when idle the partition
@@ -49,10 +50,6 @@ func (r *Reconciler) finalize(ctx context.Context, pr *rolloutv1alpha1.PhasedRol
 				"PhasedRollout %s was deleted mid-rollout; the partition stays at %d so the remaining pods are not rolled unchecked. Set spec.updateStrategy.rollingUpdate.partition yourself to continue", pr.Name, partition)
 		}
 	}
-	orig := pr.DeepCopy()
-	controllerutil.RemoveFinalizer(pr, rolloutv1alpha1.Finalizer)
-	if err := r.Client.Patch(ctx, pr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing the finalizer: %w", err)
-	}
-	return nil
+	_, err = opsutil.RemoveFinalizer(ctx, r.Client, pr, rolloutv1alpha1.Finalizer)
+	return err
 }

@@ -1,10 +1,7 @@
 package controller
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Metrics of the operator, served on the manager's metrics endpoint.
@@ -27,12 +24,4 @@ var (
 		Help:    "Time from the last passing check of a step to the partition being written.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 	})
-	registerOnce sync.Once
 )
-
-// registerMetrics adds the metrics to controller-runtime's registry once per process.
-func registerMetrics() {
-	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(stepsTotal, checksTotal, stepDuration, stepOverhead)
-	})
-}
