@@ -7,14 +7,20 @@ import (
 // Readiness as the pod's and the node's Ready conditions say. (k8s.io/kubectl/pkg/util/podutils has
 // the pod half, but pulls kubectl into every operator for two loops.)
 
-// PodReadyCondition returns the pod's Ready condition, nil when it has none.
-func PodReadyCondition(pod *corev1.Pod) *corev1.PodCondition {
+// PodCondition returns the pod's condition of that type (the condition itself, not a copy), nil when
+// it has none.
+func PodCondition(pod *corev1.Pod, conditionType corev1.PodConditionType) *corev1.PodCondition {
 	for i := range pod.Status.Conditions {
-		if c := &pod.Status.Conditions[i]; c.Type == corev1.PodReady {
+		if c := &pod.Status.Conditions[i]; c.Type == conditionType {
 			return c
 		}
 	}
 	return nil
+}
+
+// PodReadyCondition returns the pod's Ready condition, nil when it has none.
+func PodReadyCondition(pod *corev1.Pod) *corev1.PodCondition {
+	return PodCondition(pod, corev1.PodReady)
 }
 
 // PodReady reports whether the pod's Ready condition is True.

@@ -146,6 +146,8 @@ func TestReadiness(t *testing.T) {
 		corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
 	assert.True(t, PodReady(ready))
 	assert.Same(t, &ready.Status.Conditions[1], PodReadyCondition(ready), "the condition itself, not a copy")
+	assert.Same(t, &ready.Status.Conditions[0], PodCondition(ready, corev1.PodScheduled))
+	assert.Nil(t, PodCondition(ready, corev1.ContainersReady))
 
 	node := func(s corev1.ConditionStatus) *corev1.Node {
 		return &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{

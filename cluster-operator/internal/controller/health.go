@@ -93,7 +93,7 @@ func judge(sc *clusterv1alpha1.StatefulCluster, pod *corev1.Pod, node *corev1.No
 	if pod.Status.Phase == "" || pod.Status.Phase == corev1.PodPending {
 		threshold := time.Duration(ptr.Deref(sc.Spec.PendingThresholdSeconds, 0)) * time.Second
 		created := pod.CreationTimestamp.Time
-		if c := podScheduled(pod); c != nil && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(created) {
+		if c := opsutil.PodCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionTrue && c.LastTransitionTime.After(created) {
 			// Scheduled at last (e.g. once its claim bound): the pod gets the threshold again to start.
 			created = c.LastTransitionTime.Time
 		}

@@ -46,16 +46,6 @@ func (s *stuck) message() string {
 // by the volumes its bound claims already have: a new identity with new claims can be placed elsewhere.
 var volumePinned = []string{"volume node affinity conflict", "no available volume zone", "bound to non-existent pv"}
 
-// podScheduled returns the pod's PodScheduled condition, if any.
-func podScheduled(pod *corev1.Pod) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if c := &pod.Status.Conditions[i]; c.Type == corev1.PodScheduled {
-			return c
-		}
-	}
-	return nil
-}
-
 // claimBound reports whether a claim has a volume.
 func claimBound(c *corev1.PersistentVolumeClaim) bool {
 	return c.Spec.VolumeName != "" || c.Status.Phase == corev1.ClaimBound || c.Status.Phase == corev1.ClaimLost
@@ -66,7 +56,7 @@ func (w *work) whyStuck(ctx context.Context, pod *corev1.Pod, claims map[string]
 	if pod.Spec.NodeName != "" {
 		return nil
 	}
-	cond := podScheduled(pod)
+	cond := controllerutil.PodCondition(pod, corev1.PodScheduled)
 	scheduler := ""
 	if cond != nil && cond.Status == corev1.ConditionFalse {
 		scheduler = cond.Message

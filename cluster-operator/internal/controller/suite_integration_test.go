@@ -266,7 +266,7 @@ func (f *fixture) kubeletStep(ctx context.Context, pod *corev1.Pod) {
 			}
 		}
 		if msg, ok := unschedulable[hold]; ok {
-			if c := podScheduled(pod); c == nil || c.Message != msg {
+			if c := opsutil.PodCondition(pod, corev1.PodScheduled); c == nil || c.Message != msg {
 				pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
 					Reason: corev1.PodReasonUnschedulable, Message: msg, LastTransitionTime: metav1.Now()}}
 				_ = suite.Client.Status().Update(ctx, pod)
