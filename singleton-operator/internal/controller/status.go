@@ -11,17 +11,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // reportSteady reports a singleton without a held candidate: its active pod, or why none runs.
 func reportSteady(s *scope) {
-	status, v := s.status, s.view
+	status, pods := s.status, s.pods
 	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
 	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
 	status.Phase = singletonv1.PhaseRunning
-	if len(v.active) > 0 {
-		status.Message = "pod " + v.active[0].Name + " is active"
-		if v.active[0].Annotations[singletonv1.AnnotationAdopted] == "true" {
+	if len(pods.active) > 0 {
+		status.Message = "pod " + pods.active[0].Name + " is active"
+		if pods.active[0].Annotations[singletonv1.AnnotationAdopted] == "true" {
 			status.Message += " (adopted: it was running without a start hold)"
 		}
 		setCondition(status, s.ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, status.Message)
@@ -34,16 +35,18 @@ func reportSteady(s *scope) {
 	}
 }
 
-// writeStatus writes the status if it changed.
+// writeStatus writes the status if it changed, stamped with the time of the write. Under an optimistic
+// lock: the status carries decisions that depend on what was read (the epoch high-water mark, the
+// active pod and its node that fencing relies on), so a write based on a stale copy must fail.
 func (r *Reconciler) writeStatus(ctx context.Context, ss *singletonv1.StatefulSingleton, status *singletonv1.StatefulSingletonStatus) error {
 	status.StatusTimestamp = ss.Status.StatusTimestamp
-	if equalStatus(&ss.Status, status) {
-		return nil
+	if equality.Semantic.DeepEqual(&ss.Status, status) {
+		return nil // unchanged but for the timestamp, which is only refreshed by a write
 	}
 	status.StatusTimestamp = &metav1.Time{Time: r.Clock.Now()}
 	updated := ss.DeepCopy()
 	updated.Status = *status
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
+	if _, err := opsutil.PatchStatus(ctx, r.Client, updated, ss, opsutil.WithOptimisticLock()); err != nil {
 		return ignoreConflict(err)
 	}
 	r.reportWaiting(ss, &ss.Status, status)
@@ -81,10 +84,6 @@ func ignoreConflict(err error) error {
 		return nil
 	}
 	return err
-}
-
-func equalStatus(a, b *singletonv1.StatefulSingletonStatus) bool {
-	return equality.Semantic.DeepEqual(a, b)
 }
 
 func setCondition(status *singletonv1.StatefulSingletonStatus, ss *singletonv1.StatefulSingleton, typ string, s metav1.ConditionStatus, reason, msg string) {
