@@ -87,13 +87,8 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, pod *corev1.Pod) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err) // the epoch is skipped; a pod gone is reconciled again
 	}
 	logf.FromContext(ctx).Info("Adopted pod", "pod", pod.Name, "epoch", epoch)
-	status.ActivePod, status.ActivePodUID, status.ActivePodNode = pod.Name, string(pod.UID), pod.Spec.NodeName
-	status.Phase = singletonv1.PhaseRunning
-	status.Message = "pod " + pod.Name + " is active (adopted: it was running without a start hold)"
+	recordActive(s, pod, "pod "+pod.Name+" is active (adopted: it was running without a start hold)")
 	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionUngatedPod)
-	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
-	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
-	setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, status.Message)
 	r.Recorder.Eventf(ss, pod, corev1.EventTypeNormal, singletonv1.ReasonAdopted, "Adopt",
 		"adopted running pod %s as the active pod with epoch %d; its start was not held (it was created without a start hold, e.g. before the namespace was labelled for the pod webhook); the next rollout or deletion hands over from it", pod.Name, epoch)
 	if err := r.markReady(ctx, adopted); err != nil {

@@ -182,14 +182,8 @@ func (r *Reconciler) release(ctx context.Context, s *scope, pod *corev1.Pod, epo
 		return err
 	}
 	r.recordRelease(ctx, s, pod, epoch, patchStart)
-	status := s.status
-	status.Epoch = epoch
-	status.ActivePod, status.ActivePodUID, status.ActivePodNode = pod.Name, string(pod.UID), pod.Spec.NodeName
-	status.Phase = singletonv1.PhaseRunning
-	status.Message = "pod " + pod.Name + " is active"
-	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
-	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
-	setCondition(status, s.ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, status.Message)
+	s.status.Epoch = epoch
+	recordActive(s, pod, "pod "+pod.Name+" is active")
 	r.Recorder.Eventf(s.ss, pod, corev1.EventTypeNormal, singletonv1.ReasonPodStarted, "Release", "released pod %s with epoch %d", pod.Name, epoch)
 	return r.markReady(ctx, released)
 }

@@ -35,6 +35,18 @@ func reportSteady(s *scope) {
 	}
 }
 
+// recordActive records pod, just released or adopted, as the singleton's active pod: phase Running,
+// Ready=True with msg, and no waiting condition of a transition left.
+func recordActive(s *scope, pod *corev1.Pod, msg string) {
+	status := s.status
+	status.ActivePod, status.ActivePodUID, status.ActivePodNode = pod.Name, string(pod.UID), pod.Spec.NodeName
+	status.Phase = singletonv1.PhaseRunning
+	status.Message = msg
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
+	setCondition(status, s.ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, msg)
+}
+
 // writeStatus writes the status if it changed, stamped with the time of the write. Under an optimistic
 // lock: the status carries decisions that depend on what was read (the epoch high-water mark, the
 // active pod and its node that fencing relies on), so a write based on a stale copy must fail.
