@@ -20,21 +20,26 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
+
+var suite testsupport.Suite
+
+func TestMain(m *testing.M) {
+	noCRDs, err := os.MkdirTemp("", "certfiles-no-crds")
+	if err != nil {
+		panic(err)
+	}
+	code := testsupport.RunSuite(m, &suite, noCRDs)
+	_ = os.RemoveAll(noCRDs)
+	os.Exit(code)
+}
 
 // Rotate keeps a CA and a serving certificate for the Service in the Secret, writes the certificate
 // into the directory (written), and puts the CA into the webhook configuration's caBundle (ready).
 func TestRotateWritesTheServiceCertificateAndInjectsTheCA(t *testing.T) {
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{})
-	require.NoError(t, err)
-	ctx := context.Background()
-
+	c, ctx := suite.Client, t.Context()
 	// The rotator fills a Secret the manifests create.
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "test-cert", Namespace: "default"}}
 	require.NoError(t, c.Create(ctx, secret))
@@ -50,22 +55,19 @@ func TestRotateWritesTheServiceCertificateAndInjectsTheCA(t *testing.T) {
 		}},
 	}))
 
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
-	require.NoError(t, err)
 	dir := filepath.Join(t.TempDir(), "certs")
-	written, ready, err := Rotate(mgr, Rotation{
-		Secret:     client.ObjectKeyFromObject(secret),
-		Service:    "test-svc",
-		Dir:        dir,
-		CAName:     "test-ca",
-		FieldOwner: "certfiles-test",
-		Webhooks:   []rotator.WebhookInfo{{Name: "test-webhooks", Type: rotator.Mutating}},
+	var written, ready <-chan struct{}
+	suite.StartManager(t, func(_ context.Context, mgr ctrl.Manager) (err error) {
+		written, ready, err = Rotate(mgr, Rotation{
+			Secret:     client.ObjectKeyFromObject(secret),
+			Service:    "test-svc",
+			Dir:        dir,
+			CAName:     "test-ca",
+			FieldOwner: "certfiles-test",
+			Webhooks:   []rotator.WebhookInfo{{Name: "test-webhooks", Type: rotator.Mutating}},
+		})
+		return err
 	})
-	require.NoError(t, err)
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 
 	for name, ch := range map[string]<-chan struct{}{"written": written, "ready": ready} {
 		select {
