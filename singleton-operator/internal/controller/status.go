@@ -70,21 +70,18 @@ func (r *Reconciler) writeStatus(ctx context.Context, ss *singletonv1.StatefulSi
 // change, not once per reconcile. Reasons whose Events are recorded where they arise
 // (TransitionTimeout, NodeNotReady) are left out.
 func (r *Reconciler) reportWaiting(ss *singletonv1.StatefulSingleton, before, after *singletonv1.StatefulSingletonStatus) {
-	now := meta.FindStatusCondition(after.Conditions, singletonv1.ConditionReady)
-	if now == nil || now.Status != metav1.ConditionFalse {
-		return
-	}
-	if prev := meta.FindStatusCondition(before.Conditions, singletonv1.ConditionReady); prev != nil && prev.Status == now.Status && prev.Reason == now.Reason {
-		return
-	}
 	eventType := corev1.EventTypeNormal
-	switch now.Reason {
-	case singletonv1.ReasonTransitionTimeout, singletonv1.ReasonNodeNotReady:
-		return
-	case "SelectorOverlap", singletonv1.ReasonSeveralPodsWithoutHold:
-		eventType = corev1.EventTypeWarning
+	if now := meta.FindStatusCondition(after.Conditions, singletonv1.ConditionReady); now != nil {
+		switch now.Reason {
+		case singletonv1.ReasonTransitionTimeout, singletonv1.ReasonNodeNotReady:
+			return
+		case "SelectorOverlap", singletonv1.ReasonSeveralPodsWithoutHold:
+			eventType = corev1.EventTypeWarning
+		}
 	}
-	r.Recorder.Eventf(ss, nil, eventType, now.Reason, "Wait", "%s", now.Message)
+	opsutil.EventOnTransition(r.Recorder, ss, nil, before.Conditions, after.Conditions, opsutil.Transition{
+		Type: singletonv1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
+	})
 }
 
 // ignoreConflict drops a conflict of a StatefulSingleton write. A conflict means the cache is behind the
