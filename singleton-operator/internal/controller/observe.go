@@ -64,22 +64,28 @@ func (r *Reconciler) listPods(ctx context.Context, ss *singletonv1.StatefulSingl
 		}
 	}
 	if len(pods.held) > 0 {
-		ranks := map[types.UID]int64{}
-		for _, p := range pods.held {
-			ranks[p.UID] = r.rank(ctx, p)
-		}
-		slices.SortStableFunc(pods.held, func(a, b *corev1.Pod) int {
-			if ranks[a.UID] != ranks[b.UID] {
-				return int(ranks[b.UID] - ranks[a.UID])
-			}
-			if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-				return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
-			}
-			return strings.Compare(a.Name, b.Name)
-		})
+		r.sortCandidates(ctx, pods.held)
 		pods.candidate = pods.held[0]
 	}
 	return pods, nil
+}
+
+// sortCandidates orders held pods the candidate first: the newest revision (rank), then the newest pod,
+// then the smallest name.
+func (r *Reconciler) sortCandidates(ctx context.Context, held []*corev1.Pod) {
+	ranks := map[types.UID]int64{}
+	for _, p := range held {
+		ranks[p.UID] = r.rank(ctx, p)
+	}
+	slices.SortStableFunc(held, func(a, b *corev1.Pod) int {
+		if ranks[a.UID] != ranks[b.UID] {
+			return int(ranks[b.UID] - ranks[a.UID])
+		}
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 }
 
 // cachedPods lists the pods of namespace matching sel (a StatefulSingleton's selector) from the caches:
