@@ -29,7 +29,8 @@ func main() {
 		LeaderElectionID: "statefulsingleton-operator.apps.statefulsingleton.com",
 		Schemes:          []func(*runtime.Scheme) error{singletonv1.AddToScheme},
 		Flags:            grants.AddFlags,
-		// Only managed pods in the manager's cache; the rest per singleton namespace (controller/caches.go).
+		// Only managed pods in the manager's cache (controller/cache.go); the others a singleton selects
+		// come from per-selector caches (controller/caches.go).
 		Cache: controller.CacheOptions,
 		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
 			if err := controller.Setup(ctx, mgr); err != nil {

@@ -1,7 +1,3 @@
-// Package manager is the one bootstrap every statefulops binary uses: a cobra root command with the
-// kubebuilder flag names and controller-runtime's zap flags, a controller-runtime manager with secure
-// metrics, /healthz and /readyz, and leader election under an ID unique to the binary. A binary's main
-// only names itself, its API types and its controllers.
 package manager
 
 import (
@@ -12,11 +8,13 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -43,12 +41,15 @@ type Options struct {
 	Schemes []func(*runtime.Scheme) error
 	// Webhooks makes the binary serve admission webhooks over TLS and adds the --webhook-* flags.
 	Webhooks bool
-	// Flags adds the binary's own flags to its command's flag set, which already holds the common ones.
+	// Flags adds the binary's own flags to its command's flag set, which already holds the common ones:
+	// the AddFlags method of the value that holds the binary's settings (its controller package's Options
+	// or its component's config), which Setup closes over. See the package documentation.
 	Flags func(fs *pflag.FlagSet)
-	// Cache, when set, adjusts the manager's cache options before the manager is created, e.g. to cache
-	// only the pods carrying a label (cache.Options.ByObject). Nil keeps controller-runtime's defaults:
-	// every object of a watched kind, cluster-wide. Either way, unless the hook sets DefaultTransform,
-	// cached objects are stored without their managedFields (cache.TransformStripManagedFields).
+	// Cache scopes the manager's cache before the manager is created: the controller package's
+	// CacheOptions (its cache.go), which its envtests apply too, e.g. to cache only the pods carrying a
+	// label (cache.Options.ByObject). Nil keeps controller-runtime's defaults: every object of a watched
+	// kind, cluster-wide. Either way, unless it sets DefaultTransform, cached objects are stored without
+	// their managedFields (cache.TransformStripManagedFields). See the package documentation.
 	Cache func(*cache.Options)
 	// Setup registers the binary's controllers and webhooks with the manager before it starts. The
 	// webhook server starts when Setup (or a runnable it adds, e.g. once a certificate exists) first calls
@@ -137,47 +138,89 @@ func NewRootCommand(opts Options) *cobra.Command {
 
 // run builds the manager from the flags, lets the binary register its controllers and runs until ctx ends.
 func run(ctx context.Context, opts Options, f *flags) error {
-	logger := zap.New(zap.UseFlagOptions(&f.zap)).WithName(opts.Name)
-	ctrl.SetLogger(logger)
-	klog.SetLogger(logger) // client-go logs through the same zap logger.
-	setupLog := logger.WithName("setup")
-
-	scheme := runtime.NewScheme()
-	for _, add := range append([]func(*runtime.Scheme) error{clientgoscheme.AddToScheme}, opts.Schemes...) {
-		if err := add(scheme); err != nil {
-			return fmt.Errorf("registering API types: %w", err)
-		}
+	setupLog := setupLogging(opts.Name, f)
+	scheme, err := newScheme(opts.Schemes)
+	if err != nil {
+		return err
 	}
-
 	restConfig, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
 	}
-
-	// Controllers and field indexes on a kind the API server does not serve yet fail at once ("no
-	// matches for kind"): wait for the binary's own kinds first (a fresh install applies the CRD and the
-	// Deployment together). Meanwhile /healthz answers, so the kubelet does not restart a process that
-	// only waits, and /readyz says what it waits for.
-	kinds, err := resourceKinds(opts.Schemes)
-	if err != nil {
-		return err
-	}
-	if len(kinds) > 0 {
-		dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
-		if err != nil {
-			return fmt.Errorf("creating the discovery client: %w", err)
-		}
-		stopProbes := serveProbesWhileWaiting(setupLog, f.probeAddr)
-		err = waitForKinds(ctx, setupLog, dc, kinds)
-		stopProbes()
+	if err := waitForOwnKinds(ctx, setupLog, restConfig, opts.Schemes, f.probeAddr); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil // stopped while waiting: a clean stop
 		}
-		if err != nil {
-			return fmt.Errorf("waiting for the API server to serve %v: %w", kinds, err)
+		return err
+	}
+	mgrOpts, webhookServer := managerOptions(opts, f, scheme)
+	mgr, err := ctrl.NewManager(restConfig, mgrOpts)
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := addProbes(mgr, webhookServer); err != nil {
+		return err
+	}
+	if opts.Setup != nil {
+		if err := opts.Setup(ctx, mgr); err != nil {
+			return fmt.Errorf("setting up controllers: %w", err)
 		}
 	}
+	setupLog.Info("Starting manager", "version", version.Get(), "leaderElection", f.leaderElect, "leaderElectionID", opts.LeaderElectionID)
+	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	setupLog.Info("Manager stopped")
+	return nil
+}
 
+// setupLogging makes the zap logger of the flags the logger of controller-runtime and client-go, and
+// returns its "setup" logger.
+func setupLogging(name string, f *flags) logr.Logger {
+	logger := zap.New(zap.UseFlagOptions(&f.zap)).WithName(name)
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger) // client-go logs through the same zap logger.
+	return logger.WithName("setup")
+}
+
+// newScheme registers client-go's built-in kinds and the binary's API types.
+func newScheme(schemes []func(*runtime.Scheme) error) (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	for _, add := range append([]func(*runtime.Scheme) error{clientgoscheme.AddToScheme}, schemes...) {
+		if err := add(scheme); err != nil {
+			return nil, fmt.Errorf("registering API types: %w", err)
+		}
+	}
+	return scheme, nil
+}
+
+// waitForOwnKinds returns once the API server serves the kinds of the binary's own API types. Controllers
+// and field indexes on a kind the API server does not serve yet fail at once ("no matches for kind"), and
+// a fresh install applies the CRD and the Deployment together. Meanwhile /healthz answers on probeAddr,
+// so the kubelet does not restart a process that only waits, and /readyz says what it waits for. It
+// returns ctx's error (context.Canceled) when stopped while waiting.
+func waitForOwnKinds(ctx context.Context, log logr.Logger, restConfig *rest.Config, schemes []func(*runtime.Scheme) error, probeAddr string) error {
+	kinds, err := resourceKinds(schemes)
+	if err != nil || len(kinds) == 0 {
+		return err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("creating the discovery client: %w", err)
+	}
+	stopProbes := serveProbesWhileWaiting(log, probeAddr)
+	err = waitForKinds(ctx, log, dc, kinds)
+	stopProbes()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("waiting for the API server to serve %v: %w", kinds, err)
+	}
+	return err
+}
+
+// managerOptions are the manager's options from the flags and the binary's Options: metrics, probes,
+// leader election, the cache (Options.Cache, then managedFields stripped), and with Options.Webhooks the
+// webhook server, which is also returned (nil without webhooks) for its readiness check.
+func managerOptions(opts Options, f *flags, scheme *runtime.Scheme) (ctrl.Options, webhook.Server) {
 	var tlsOpts []func(*tls.Config)
 	if !f.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
@@ -210,48 +253,38 @@ func run(ctx context.Context, opts Options, f *flags) error {
 		// size (2-4 KB per pod). Writes lose nothing: an update without managedFields keeps the server's.
 		mgrOpts.Cache.DefaultTransform = cache.TransformStripManagedFields()
 	}
-	var webhookServer webhook.Server
-	if opts.Webhooks {
-		webhookServer = webhook.NewServer(webhook.Options{
-			Host:     f.webhookHost,
-			Port:     f.webhookPort,
-			CertDir:  f.webhookCertPath,
-			CertName: f.webhookCertName,
-			KeyName:  f.webhookCertKey,
-			TLSOpts:  tlsOpts,
-		})
-		mgrOpts.WebhookServer = webhookServer
+	if !opts.Webhooks {
+		return mgrOpts, nil
 	}
-	mgr, err := ctrl.NewManager(restConfig, mgrOpts)
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
+	webhookServer := webhook.NewServer(webhook.Options{
+		Host:     f.webhookHost,
+		Port:     f.webhookPort,
+		CertDir:  f.webhookCertPath,
+		CertName: f.webhookCertName,
+		KeyName:  f.webhookCertKey,
+		TLSOpts:  tlsOpts,
+	})
+	mgrOpts.WebhookServer = webhookServer
+	return mgrOpts, webhookServer
+}
 
+// addProbes adds /healthz and /readyz, and with a webhook server a readiness check that passes once it
+// serves TLS.
+func addProbes(mgr ctrl.Manager, webhookServer webhook.Server) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
-	if opts.Webhooks {
-		// Not ready until the webhook server serves TLS, so no admission request reaches a pod without a
-		// certificate. The check asks the server itself, not mgr.GetWebhookServer(), which would add the
-		// server to the manager now: the binary decides when it starts (see Options.Setup).
-		if err := mgr.AddReadyzCheck("webhook", webhookServer.StartedChecker()); err != nil {
-			return fmt.Errorf("adding the webhook readiness check: %w", err)
-		}
+	if webhookServer == nil {
+		return nil
 	}
-
-	if opts.Setup != nil {
-		if err := opts.Setup(ctx, mgr); err != nil {
-			return fmt.Errorf("setting up controllers: %w", err)
-		}
+	// Not ready until the webhook server serves TLS, so no admission request reaches a pod without a
+	// certificate. The check asks the server itself, not mgr.GetWebhookServer(), which would add the
+	// server to the manager now: the binary decides when it starts (see Options.Setup).
+	if err := mgr.AddReadyzCheck("webhook", webhookServer.StartedChecker()); err != nil {
+		return fmt.Errorf("adding the webhook readiness check: %w", err)
 	}
-
-	setupLog.Info("Starting manager", "version", version.Get(), "leaderElection", f.leaderElect, "leaderElectionID", opts.LeaderElectionID)
-	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("running the manager: %w", err)
-	}
-	setupLog.Info("Manager stopped")
 	return nil
 }

@@ -23,30 +23,30 @@ import (
 // adoptable reports whether the singleton's only pod that is not terminal carries no start hold, so
 // that it is adopted once it runs (never while the StatefulSingleton is being deleted).
 func (s *scope) adoptable() bool {
-	v := s.view
-	return !s.deleting && len(v.ungated) == 1 && len(v.blocking) == 1 && len(v.held) == 0
+	pods := s.pods
+	return !s.deleting && len(pods.ungated) == 1 && len(pods.blocking) == 1 && len(pods.held) == 0
 }
 
 // reconcileUngated reports the pods without a start hold that are not adopted (condition UngatedPod,
 // an Event each when the condition begins) and deletes them while another pod is active.
 func (r *Reconciler) reconcileUngated(ctx context.Context, s *scope) error {
-	v, ss, status := s.view, s.ss, s.status
-	if len(v.ungated) == 0 {
+	pods, ss, status := s.pods, s.ss, s.status
+	if len(pods.ungated) == 0 {
 		meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionUngatedPod)
 		return nil
 	}
 	reported := meta.IsStatusConditionTrue(status.Conditions, singletonv1.ConditionUngatedPod)
-	reason, msg := ungatedReport(v, s.adoptable())
+	reason, msg := ungatedReport(pods, s.adoptable())
 	setCondition(status, ss, singletonv1.ConditionUngatedPod, metav1.ConditionTrue, reason, msg)
-	for _, pod := range v.ungated {
+	for _, pod := range pods.ungated {
 		if !reported {
 			r.Recorder.Eventf(ss, pod, corev1.EventTypeWarning, "UngatedPod", "Report", "pod %s matches the selector but carries no start hold", pod.Name)
 		}
-		if len(v.active) > 0 && pod.DeletionTimestamp.IsZero() {
+		if len(pods.active) > 0 && pod.DeletionTimestamp.IsZero() {
 			if err := r.deletePod(ctx, pod); err != nil {
 				return err
 			}
-			r.Recorder.Eventf(ss, pod, corev1.EventTypeWarning, "UngatedPod", "Delete", "deleted pod %s: it carries no start hold while pod %s is active", pod.Name, v.active[0].Name)
+			r.Recorder.Eventf(ss, pod, corev1.EventTypeWarning, "UngatedPod", "Delete", "deleted pod %s: it carries no start hold while pod %s is active", pod.Name, pods.active[0].Name)
 		}
 	}
 	return nil
@@ -67,7 +67,7 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, pod *corev1.Pod) (reco
 	}
 	if len(live.held) > 0 || len(live.blocking) != 1 || live.blocking[0].UID != pod.UID ||
 		classify(live.blocking[0]) != stateUngated || !runs(live.blocking[0]) ||
-		slices.ContainsFunc(live.pods, func(p *corev1.Pod) bool { return podEpoch(p) >= epoch }) {
+		slices.ContainsFunc(live.all, func(p *corev1.Pod) bool { return podEpoch(p) >= epoch }) {
 		s.skipStatus = true
 		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind; look again (the epoch is skipped)
 	}
@@ -87,13 +87,8 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, pod *corev1.Pod) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err) // the epoch is skipped; a pod gone is reconciled again
 	}
 	logf.FromContext(ctx).Info("Adopted pod", "pod", pod.Name, "epoch", epoch)
-	status.ActivePod, status.ActivePodUID, status.ActivePodNode = pod.Name, string(pod.UID), pod.Spec.NodeName
-	status.Phase = singletonv1.PhaseRunning
-	status.Message = "pod " + pod.Name + " is active (adopted: it was running without a start hold)"
+	recordActive(s, pod, "pod "+pod.Name+" is active (adopted: it was running without a start hold)")
 	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionUngatedPod)
-	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
-	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
-	setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, status.Message)
 	r.Recorder.Eventf(ss, pod, corev1.EventTypeNormal, singletonv1.ReasonAdopted, "Adopt",
 		"adopted running pod %s as the active pod with epoch %d; its start was not held (it was created without a start hold, e.g. before the namespace was labelled for the pod webhook); the next rollout or deletion hands over from it", pod.Name, epoch)
 	if err := r.markReady(ctx, adopted); err != nil {
@@ -102,24 +97,24 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, pod *corev1.Pod) (reco
 	return reconcile.Result{}, nil
 }
 
-// ungatedReport is the UngatedPod condition's reason and message for the view's pods without a start
+// ungatedReport is the UngatedPod condition's reason and message for the singleton's pods without a start
 // hold, which were not adopted.
-func ungatedReport(v *view, adoptable bool) (string, string) {
+func ungatedReport(pods *classifiedPods, adoptable bool) (string, string) {
 	var staying, going []*corev1.Pod // blocking pods: not being deleted, being deleted
-	for _, p := range v.blocking {
+	for _, p := range pods.blocking {
 		if p.DeletionTimestamp.IsZero() {
 			staying = append(staying, p)
 		} else {
 			going = append(going, p)
 		}
 	}
-	names := podNames(v.ungated)
+	names := podNames(pods.ungated)
 	switch {
 	case adoptable:
-		return singletonv1.ReasonWaitingToAdopt, fmt.Sprintf("pod %s carries no start hold and does not run yet (phase %s); it is adopted as the active pod once it runs", names, v.ungated[0].Status.Phase)
-	case len(v.held) == 0 && len(staying) == 1 && classify(staying[0]) == stateUngated:
+		return singletonv1.ReasonWaitingToAdopt, fmt.Sprintf("pod %s carries no start hold and does not run yet (phase %s); it is adopted as the active pod once it runs", names, pods.ungated[0].Status.Phase)
+	case len(pods.held) == 0 && len(staying) == 1 && classify(staying[0]) == stateUngated:
 		return singletonv1.ReasonWaitingToAdopt, fmt.Sprintf("pod %s carries no start hold; it is adopted as the active pod once pods %s, being deleted, are gone", staying[0].Name, podNames(going))
-	case len(v.held) == 0 && len(v.active) == 0 && len(staying) > 1:
+	case len(pods.held) == 0 && len(pods.active) == 0 && len(staying) > 1:
 		return singletonv1.ReasonSeveralPodsWithoutHold, fmt.Sprintf("pods %s carry no start hold (created before the namespace was labelled for the pod webhook, or around it), so none is adopted: only a singleton's only pod is. Scale the workload to one replica or delete all but one of these pods; pods created from now on are held", podNames(staying))
 	default:
 		return singletonv1.ReasonPodWithoutHold, fmt.Sprintf("pods %s match the selector but carry no start hold (admitted around the webhook); a pod without a hold is adopted only when it is the singleton's only pod, and it is deleted while another pod is active", names)

@@ -25,7 +25,8 @@ import (
 
 // What the operator caches, and why.
 //
-// The manager's cache holds only the pods labelled apps.statefulsingleton.com/managed=true (CacheOptions):
+// The manager's cache holds only the pods labelled apps.statefulsingleton.com/managed=true (CacheOptions,
+// cache.go):
 // the webhook labels every pod it admits for a singleton, so the pods the operator holds, releases and
 // grants are all there, and the unrelated pods of the cluster are not — an operator that cached every pod
 // would grow with the cluster, not with its singletons.
@@ -54,15 +55,6 @@ import (
 //
 // Safety does not depend on these caches: right before a release the operator lists the singleton's
 // pods from the API server, managed or not.
-
-// CacheOptions scopes the manager's cache: pods only with the managed label. main passes it to
-// shared/manager (Options.Cache); the integration tests use it too.
-func CacheOptions(o *cache.Options) {
-	if o.ByObject == nil {
-		o.ByObject = map[client.Object]cache.ByObject{}
-	}
-	o.ByObject[&corev1.Pod{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{singletonv1.LabelManaged: "true"})}
-}
 
 // unmanagedPods selects the pods that sel selects and the manager's cache leaves out.
 func unmanagedPods(sel labels.Selector) labels.Selector {
@@ -104,6 +96,9 @@ var onNewCaches func(*namespaceCaches)
 func newNamespaceCaches(mgr ctrl.Manager) *namespaceCaches {
 	base, cancel := context.WithCancel(context.Background())
 	n := &namespaceCaches{
+		// Private caches (cache.New), not the manager's: which namespaces and selectors they hold changes
+		// at run time, as StatefulSingletons come and go, whereas the manager's cache is scoped once at
+		// start (CacheOptions; the rule is in shared/manager's package documentation).
 		newCache: func(namespace string, pods labels.Selector) (cache.Cache, error) {
 			opts := cache.Options{
 				// One connection pool for all of them, the manager's: not one per selector.

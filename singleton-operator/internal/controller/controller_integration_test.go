@@ -285,11 +285,15 @@ func TestInjectedErrorsAndRestartsNeverDoubleRelease(t *testing.T) {
 			}
 			return c.Patch(ctx, obj, patch, opts...)
 		},
-		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			if err := flaky(); err != nil {
-				return err
+		// The StatefulSingleton's status writes (the epoch reservation and the status at the end of a
+		// reconcile) are merge patches of its status subresource.
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if _, ok := obj.(*singletonv1.StatefulSingleton); ok {
+				if err := flaky(); err != nil {
+					return err
+				}
 			}
-			return c.SubResource(sub).Update(ctx, obj, opts...)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	}
 	stop := startOperator(t, funcs)

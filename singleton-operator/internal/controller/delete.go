@@ -7,10 +7,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // reconcileDelete keeps the finalizer of a StatefulSingleton being deleted until no pod is held: its pods
@@ -26,7 +26,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if len(s.view.held) == 0 {
+	if len(s.pods.held) == 0 {
 		s.skipStatus = true
 		return reconcile.Result{}, r.finish(ctx, s.ss)
 	}
@@ -43,10 +43,8 @@ func (r *Reconciler) finish(ctx context.Context, ss *singletonv1.StatefulSinglet
 	r.mu.Lock()
 	delete(r.fallback, client.ObjectKeyFromObject(ss))
 	r.mu.Unlock()
-	if controllerutil.RemoveFinalizer(ss, singletonv1.Finalizer) {
-		if err := r.Client.Update(ctx, ss); err != nil {
-			return client.IgnoreNotFound(err)
-		}
+	if _, err := opsutil.RemoveFinalizer(ctx, r.Client, ss, singletonv1.Finalizer); err != nil {
+		return err
 	}
 	var list singletonv1.StatefulSingletonList
 	if err := r.APIReader.List(ctx, &list, client.InNamespace(ss.Namespace)); err != nil {

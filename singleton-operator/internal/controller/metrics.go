@@ -1,10 +1,9 @@
 package controller
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // Metrics of the singleton operator, served on the manager's metrics endpoint.
@@ -26,11 +25,8 @@ var (
 		Name: "singleton_operator_overlaps_detected_total",
 		Help: "Times the operator found two released, non-terminal pods of one singleton (should stay 0).",
 	})
-	registerOnce sync.Once
 )
 
 func registerMetrics() {
-	registerOnce.Do(func() {
-		metrics.Registry.MustRegister(handoverSeconds, transitions, heldPods, overlaps)
-	})
+	opsutil.RegisterMetrics(handoverSeconds, transitions, heldPods, overlaps)
 }

@@ -19,10 +19,11 @@ import (
 // revisionAnnotation is the Deployment controller's revision number on a ReplicaSet.
 const revisionAnnotation = "deployment.kubernetes.io/revision"
 
-// view is the singleton's pods, classified: from the caches (scope.view) or, right before a release or
-// adoption, from the API server (reserveAndList).
-type view struct {
-	pods      []*corev1.Pod // the singleton's pods, by name
+// classifiedPods is a list of the singleton's pods sorted by what each may do (package documentation):
+// from the caches (scope.pods) or, right before a release or adoption, from the API server
+// (reserveAndList). It is not per-reconcile state: one reconcile may list twice.
+type classifiedPods struct {
+	all       []*corev1.Pod // the singleton's pods, by name
 	held      []*corev1.Pod // held pods, the candidate first
 	blocking  []*corev1.Pod // released or ungated pods that are not terminal
 	active    []*corev1.Pod // released pods that are not terminal
@@ -30,8 +31,8 @@ type view struct {
 	candidate *corev1.Pod
 }
 
-// observe lists and classifies the singleton's pods: from the caches, or with live from the API server.
-func (r *Reconciler) observe(ctx context.Context, ss *singletonv1.StatefulSingleton, live bool) (*view, error) {
+// listPods lists and classifies the singleton's pods: from the caches, or with live from the API server.
+func (r *Reconciler) listPods(ctx context.Context, ss *singletonv1.StatefulSingleton, live bool) (*classifiedPods, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&ss.Spec.Selector)
 	if err != nil {
 		return nil, err
@@ -47,38 +48,44 @@ func (r *Reconciler) observe(ctx context.Context, ss *singletonv1.StatefulSingle
 	}
 	// By name, so that messages list pods in a stable order (the caches' lists have none).
 	slices.SortFunc(list.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
-	v := &view{}
+	pods := &classifiedPods{}
 	for i := range list.Items {
 		pod := &list.Items[i]
-		v.pods = append(v.pods, pod)
+		pods.all = append(pods.all, pod)
 		switch classify(pod) {
 		case stateHeld:
-			v.held = append(v.held, pod)
+			pods.held = append(pods.held, pod)
 		case stateReleased:
-			v.blocking = append(v.blocking, pod)
-			v.active = append(v.active, pod)
+			pods.blocking = append(pods.blocking, pod)
+			pods.active = append(pods.active, pod)
 		case stateUngated:
-			v.blocking = append(v.blocking, pod)
-			v.ungated = append(v.ungated, pod)
+			pods.blocking = append(pods.blocking, pod)
+			pods.ungated = append(pods.ungated, pod)
 		}
 	}
-	if len(v.held) > 0 {
-		ranks := map[types.UID]int64{}
-		for _, p := range v.held {
-			ranks[p.UID] = r.rank(ctx, p)
-		}
-		slices.SortStableFunc(v.held, func(a, b *corev1.Pod) int {
-			if ranks[a.UID] != ranks[b.UID] {
-				return int(ranks[b.UID] - ranks[a.UID])
-			}
-			if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-				return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
-			}
-			return strings.Compare(a.Name, b.Name)
-		})
-		v.candidate = v.held[0]
+	if len(pods.held) > 0 {
+		r.sortCandidates(ctx, pods.held)
+		pods.candidate = pods.held[0]
 	}
-	return v, nil
+	return pods, nil
+}
+
+// sortCandidates orders held pods the candidate first: the newest revision (rank), then the newest pod,
+// then the smallest name.
+func (r *Reconciler) sortCandidates(ctx context.Context, held []*corev1.Pod) {
+	ranks := map[types.UID]int64{}
+	for _, p := range held {
+		ranks[p.UID] = r.rank(ctx, p)
+	}
+	slices.SortStableFunc(held, func(a, b *corev1.Pod) int {
+		if ranks[a.UID] != ranks[b.UID] {
+			return int(ranks[b.UID] - ranks[a.UID])
+		}
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 }
 
 // cachedPods lists the pods of namespace matching sel (a StatefulSingleton's selector) from the caches:

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // podState is how the controller sees one pod of a singleton.
@@ -82,12 +83,8 @@ func podEpoch(pod *corev1.Pod) int64 {
 
 // readinessGateTrue reports whether the pod's singleton readiness gate condition is True.
 func readinessGateTrue(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == singletonv1.ReadinessGate {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	c := opsutil.PodCondition(pod, singletonv1.ReadinessGate)
+	return c != nil && c.Status == corev1.ConditionTrue
 }
 
 // nodeFenced reports whether a pod that vanished from node may be taken as stopped: the node is Ready
@@ -103,12 +100,7 @@ func nodeFenced(node *corev1.Node) bool {
 			return true
 		}
 	}
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	return opsutil.NodeReady(node)
 }
 
 // startPrepared reports whether a held pod can start its main process at once when released: a Wrapper

@@ -10,10 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // scope is what one reconcile of a StatefulSingleton reads and decides: the object, the status written
@@ -23,9 +23,9 @@ type scope struct {
 	status   *singletonv1.StatefulSingletonStatus // the status Reconcile writes (writeStatus) unless skipStatus
 	deleting bool
 	// winner is the older StatefulSingleton whose selector overlaps this one's and which manages the
-	// pods, or "" when this one does; with a winner, view is nil (nothing was observed).
+	// pods, or "" when this one does; with a winner, pods is nil (nothing was observed).
 	winner string
-	view   *view // the singleton's pods, from the caches
+	pods   *classifiedPods // the singleton's pods, from the caches
 	// skipStatus leaves the status unwritten: the finalizer was removed (deletion finished), or the API
 	// server did not confirm an adoption (the reconcile its event queues decides anew).
 	skipStatus bool
@@ -71,11 +71,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 // ensureFinalizer adds the finalizer and the namespace label that scopes the pod webhook; both stay
 // until deletion finishes (finish).
 func (r *Reconciler) ensureFinalizer(ctx context.Context, ss *singletonv1.StatefulSingleton) error {
-	if !controllerutil.ContainsFinalizer(ss, singletonv1.Finalizer) {
-		controllerutil.AddFinalizer(ss, singletonv1.Finalizer)
-		if err := r.Client.Update(ctx, ss); err != nil {
-			return err
-		}
+	if _, err := opsutil.EnsureFinalizer(ctx, r.Client, ss, singletonv1.Finalizer); err != nil {
+		return err
 	}
 	return r.ensureNamespaceLabel(ctx, ss.Namespace, true)
 }
@@ -92,10 +89,10 @@ func (r *Reconciler) newScope(ctx context.Context, ss *singletonv1.StatefulSingl
 	if s.winner != "" {
 		return s, nil
 	}
-	if s.view, err = r.observe(ctx, ss, false); err != nil {
+	if s.pods, err = r.listPods(ctx, ss, false); err != nil {
 		return nil, err
 	}
-	for _, pod := range s.view.pods {
+	for _, pod := range s.pods.all {
 		s.status.Epoch = max(s.status.Epoch, podEpoch(pod)) // the epoch never goes back, also if status was lost
 	}
 	return s, nil
@@ -109,8 +106,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 		return reconcile.Result{}, nil
 	}
 	r.recordObservation(s)
-	if s.adoptable() && runs(s.view.ungated[0]) {
-		return r.adopt(ctx, s, s.view.ungated[0])
+	if s.adoptable() && runs(s.pods.ungated[0]) {
+		return r.adopt(ctx, s, s.pods.ungated[0])
 	}
 	return r.reconcilePods(ctx, s)
 }
@@ -125,7 +122,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (reconcile.Res
 	if err := r.reconcileActive(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
-	if s.view.candidate == nil {
+	if s.pods.candidate == nil {
 		reportSteady(s)
 		return reconcile.Result{}, nil
 	}
@@ -144,13 +141,13 @@ func reportSelectorConflict(s *scope) {
 // active pods (OverlapDetected).
 func (r *Reconciler) recordObservation(s *scope) {
 	meta.RemoveStatusCondition(&s.status.Conditions, singletonv1.ConditionSelectorConflict)
-	v := s.view
-	heldPods.WithLabelValues(s.ss.Namespace, s.ss.Name).Set(float64(len(v.held)))
-	r.reportHoldFallbacks(s.ss, v.pods)
-	if len(v.active) > 1 {
+	pods := s.pods
+	heldPods.WithLabelValues(s.ss.Namespace, s.ss.Name).Set(float64(len(pods.held)))
+	r.reportHoldFallbacks(s.ss, pods.all)
+	if len(pods.active) > 1 {
 		overlaps.Inc()
 		setCondition(s.status, s.ss, singletonv1.ConditionOverlapDetected, metav1.ConditionTrue, "SeveralActivePods",
-			fmt.Sprintf("pods %s are all released and not terminal", podNames(v.active)))
+			fmt.Sprintf("pods %s are all released and not terminal", podNames(pods.active)))
 	} else {
 		meta.RemoveStatusCondition(&s.status.Conditions, singletonv1.ConditionOverlapDetected)
 	}
@@ -159,16 +156,16 @@ func (r *Reconciler) recordObservation(s *scope) {
 // reconcileActive sets the readiness gate of the released pods (it follows the release) and records the
 // active pod in status.
 func (r *Reconciler) reconcileActive(ctx context.Context, s *scope) error {
-	v := s.view
-	for _, pod := range v.active {
+	pods := s.pods
+	for _, pod := range pods.active {
 		if err := r.markReady(ctx, pod); err != nil {
 			return err
 		}
 	}
-	if len(v.active) == 1 {
-		s.status.ActivePod, s.status.ActivePodUID = v.active[0].Name, string(v.active[0].UID)
-		if v.active[0].Spec.NodeName != "" {
-			s.status.ActivePodNode = v.active[0].Spec.NodeName
+	if len(pods.active) == 1 {
+		s.status.ActivePod, s.status.ActivePodUID = pods.active[0].Name, string(pods.active[0].UID)
+		if pods.active[0].Spec.NodeName != "" {
+			s.status.ActivePodNode = pods.active[0].Spec.NodeName
 		}
 	}
 	return nil

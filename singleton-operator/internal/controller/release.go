@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // transition handles a held candidate: it starts the transition, hands over from blocking pods, waits for
@@ -25,7 +26,7 @@ import (
 func (r *Reconciler) transition(ctx context.Context, s *scope) (reconcile.Result, error) {
 	now := r.Clock.Now()
 	r.startTransition(s, now)
-	if len(s.view.blocking) > 0 {
+	if len(s.pods.blocking) > 0 {
 		if err := r.handover(ctx, s); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -43,18 +44,18 @@ func (r *Reconciler) transition(ctx context.Context, s *scope) (reconcile.Result
 
 // startTransition records the start of a transition (phase Transitioning, Event) unless one is under way.
 func (r *Reconciler) startTransition(s *scope, now time.Time) {
-	status, v := s.status, s.view
+	status, pods := s.status, s.pods
 	if status.Phase != singletonv1.PhaseRunning && status.Phase != "" && status.TransitionTimestamp != nil {
 		return
 	}
 	status.TransitionTimestamp = &metav1.Time{Time: now}
 	status.Phase = singletonv1.PhaseTransitioning
 	from := "none"
-	if len(v.blocking) > 0 {
-		from = v.blocking[0].Name
+	if len(pods.blocking) > 0 {
+		from = pods.blocking[0].Name
 	}
-	r.Recorder.Eventf(s.ss, v.candidate, corev1.EventTypeNormal, singletonv1.ReasonPodTransition, "Hold",
-		"transition from pod %s to pod %s started", from, v.candidate.Name)
+	r.Recorder.Eventf(s.ss, pods.candidate, corev1.EventTypeNormal, singletonv1.ReasonPodTransition, "Hold",
+		"transition from pod %s to pod %s started", from, pods.candidate.Name)
 }
 
 // handover holds the candidate while pods block it. RollingUpdate handover: it deletes blocking pods of an
@@ -63,23 +64,23 @@ func (r *Reconciler) startTransition(s *scope, now time.Time) {
 // at once, not while the new pod is still being created; and a new pod that cannot start never stops the
 // old one.
 func (r *Reconciler) handover(ctx context.Context, s *scope) error {
-	v := s.view
-	candRank := r.rank(ctx, v.candidate)
-	prepared := startPrepared(v.candidate)
-	msg := fmt.Sprintf("pod %s is held until pods %s are gone", v.candidate.Name, podNames(v.blocking))
-	for _, pod := range v.blocking {
+	pods := s.pods
+	candRank := r.rank(ctx, pods.candidate)
+	prepared := startPrepared(pods.candidate)
+	msg := fmt.Sprintf("pod %s is held until pods %s are gone", pods.candidate.Name, podNames(pods.blocking))
+	for _, pod := range pods.blocking {
 		if !pod.DeletionTimestamp.IsZero() || r.rank(ctx, pod) >= candRank {
 			continue
 		}
 		if !prepared {
-			msg = fmt.Sprintf("pod %s of a newer revision is held and starting; pod %s will be stopped once it runs and waits for its grant", v.candidate.Name, pod.Name)
+			msg = fmt.Sprintf("pod %s of a newer revision is held and starting; pod %s will be stopped once it runs and waits for its grant", pods.candidate.Name, pod.Name)
 			continue
 		}
 		if err := r.deletePod(ctx, pod); err != nil {
 			return err
 		}
 		r.Recorder.Eventf(s.ss, pod, corev1.EventTypeNormal, singletonv1.ReasonPodTransition, "Handover",
-			"deleted pod %s of an older revision so that held pod %s can start", pod.Name, v.candidate.Name)
+			"deleted pod %s of an older revision so that held pod %s can start", pod.Name, pods.candidate.Name)
 	}
 	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonWaitingForOldPod, msg)
 	s.status.Message = msg
@@ -89,8 +90,8 @@ func (r *Reconciler) handover(ctx context.Context, s *scope) error {
 // waitForFencing reports whether the candidate waits for fencing: the last active pod vanished from a
 // node that never confirmed the stop (not Ready, and not tainted out-of-service).
 func (r *Reconciler) waitForFencing(ctx context.Context, s *scope) (bool, error) {
-	ss, status, v := s.ss, s.status, s.view
-	if status.ActivePodUID == "" || status.ActivePodNode == "" || slices.ContainsFunc(v.pods, func(p *corev1.Pod) bool { return string(p.UID) == status.ActivePodUID }) {
+	ss, status, pods := s.ss, s.status, s.pods
+	if status.ActivePodUID == "" || status.ActivePodNode == "" || slices.ContainsFunc(pods.all, func(p *corev1.Pod) bool { return string(p.UID) == status.ActivePodUID }) {
 		return false, nil
 	}
 	node := &corev1.Node{}
@@ -104,9 +105,9 @@ func (r *Reconciler) waitForFencing(ctx context.Context, s *scope) (bool, error)
 		return false, nil
 	}
 	msg := fmt.Sprintf("pod %s vanished from node %s, which is not Ready: its stop was never confirmed; pod %s is held until the node is Ready again or tainted %s",
-		status.ActivePod, status.ActivePodNode, v.candidate.Name, corev1.TaintNodeOutOfService)
+		status.ActivePod, status.ActivePodNode, pods.candidate.Name, corev1.TaintNodeOutOfService)
 	if !meta.IsStatusConditionTrue(status.Conditions, singletonv1.ConditionFencingRequired) {
-		r.Recorder.Eventf(ss, v.candidate, corev1.EventTypeWarning, singletonv1.ConditionFencingRequired, "Hold", msg)
+		r.Recorder.Eventf(ss, pods.candidate, corev1.EventTypeWarning, singletonv1.ConditionFencingRequired, "Hold", msg)
 	}
 	setCondition(status, ss, singletonv1.ConditionFencingRequired, metav1.ConditionTrue, singletonv1.ReasonNodeNotReady, msg)
 	setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonNodeNotReady, msg)
@@ -121,8 +122,8 @@ func (r *Reconciler) releaseCandidate(ctx context.Context, s *scope) (reconcile.
 	if err != nil || live == nil {
 		return reconcile.Result{}, err
 	}
-	if len(live.blocking) > 0 || live.candidate == nil || live.candidate.UID != s.view.candidate.UID ||
-		slices.ContainsFunc(live.pods, func(p *corev1.Pod) bool { return podEpoch(p) >= epoch }) {
+	if len(live.blocking) > 0 || live.candidate == nil || live.candidate.UID != s.pods.candidate.UID ||
+		slices.ContainsFunc(live.all, func(p *corev1.Pod) bool { return podEpoch(p) >= epoch }) {
 		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind; look again (the epoch is skipped)
 	}
 	return reconcile.Result{}, r.release(ctx, s, live.candidate, epoch)
@@ -132,26 +133,28 @@ func (r *Reconciler) releaseCandidate(ctx context.Context, s *scope) (reconcile.
 // next epoch in status (optimistic lock) before any pod carries it. The reservation does not depend on
 // the list's answer: an epoch reserved for a release (or adoption) the list then refuses is skipped,
 // never reused. So the two round trips overlap instead of adding up on the handover's critical path.
-// It returns the live view and the reserved epoch, or a nil view when the reservation conflicted (the
+// It returns the live pods and the reserved epoch, or nil pods when the reservation conflicted (the
 // newer StatefulSingleton's event reconciles again; nothing was released).
-func (r *Reconciler) reserveAndList(ctx context.Context, s *scope) (*view, int64, error) {
+func (r *Reconciler) reserveAndList(ctx context.Context, s *scope) (*classifiedPods, int64, error) {
 	ss, status := s.ss, s.status
 	epoch := status.Epoch + 1 // status.Epoch is already at least the epoch of every cached pod
 	type listed struct {
-		view *view
+		pods *classifiedPods
 		err  error
 		took time.Duration
 	}
 	done := make(chan listed, 1)
 	go func() {
 		start := r.Clock.Now()
-		lv, err := r.observe(ctx, ss, true)
+		lv, err := r.listPods(ctx, ss, true)
 		done <- listed{lv, err, r.Clock.Now().Sub(start)}
 	}()
 	reserveStart := r.Clock.Now()
 	reserve := ss.DeepCopy()
 	reserve.Status.Epoch = epoch
-	reserveErr := r.Client.Status().Update(ctx, reserve)
+	// Always a write (epoch is above ss.Status.Epoch), and under the optimistic lock: it fails when
+	// another reconcile reserved meanwhile, so no epoch is ever handed out twice.
+	_, reserveErr := opsutil.PatchStatus(ctx, r.Client, reserve, ss, opsutil.WithOptimisticLock())
 	reserveTook := r.Clock.Now().Sub(reserveStart)
 	l := <-done
 	if reserveErr != nil {
@@ -163,7 +166,7 @@ func (r *Reconciler) reserveAndList(ctx context.Context, s *scope) (*view, int64
 		return nil, 0, l.err
 	}
 	s.timing.list, s.timing.reserve = l.took, reserveTook
-	return l.view, epoch, nil
+	return l.pods, epoch, nil
 }
 
 // release releases the pod with the epoch reserved in status, in one patch. If the patch fails the
@@ -179,14 +182,8 @@ func (r *Reconciler) release(ctx context.Context, s *scope, pod *corev1.Pod, epo
 		return err
 	}
 	r.recordRelease(ctx, s, pod, epoch, patchStart)
-	status := s.status
-	status.Epoch = epoch
-	status.ActivePod, status.ActivePodUID, status.ActivePodNode = pod.Name, string(pod.UID), pod.Spec.NodeName
-	status.Phase = singletonv1.PhaseRunning
-	status.Message = "pod " + pod.Name + " is active"
-	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
-	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
-	setCondition(status, s.ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, status.Message)
+	s.status.Epoch = epoch
+	recordActive(s, pod, "pod "+pod.Name+" is active")
 	r.Recorder.Eventf(s.ss, pod, corev1.EventTypeNormal, singletonv1.ReasonPodStarted, "Release", "released pod %s with epoch %d", pod.Name, epoch)
 	return r.markReady(ctx, released)
 }

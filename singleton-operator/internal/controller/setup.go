@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -74,20 +75,14 @@ func SetupWithOptions(_ context.Context, mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	r := &Reconciler{
-		Client:    opts.Client,
+		Client:    cmp.Or[client.Client](opts.Client, mgr.GetClient()),
 		Cache:     mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		caches:    caches,
 		Recorder:  mgr.GetEventRecorder("singleton-operator"),
-		Clock:     opts.Clock,
+		Clock:     cmp.Or[clock.PassiveClock](opts.Clock, clock.RealClock{}),
 		goneAt:    map[types.NamespacedName]time.Time{},
 		fallback:  map[types.NamespacedName]map[types.UID]bool{},
-	}
-	if r.Client == nil {
-		r.Client = mgr.GetClient()
-	}
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulsingleton").

@@ -11,17 +11,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // reportSteady reports a singleton without a held candidate: its active pod, or why none runs.
 func reportSteady(s *scope) {
-	status, v := s.status, s.view
+	status, pods := s.status, s.pods
 	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
 	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
 	status.Phase = singletonv1.PhaseRunning
-	if len(v.active) > 0 {
-		status.Message = "pod " + v.active[0].Name + " is active"
-		if v.active[0].Annotations[singletonv1.AnnotationAdopted] == "true" {
+	if len(pods.active) > 0 {
+		status.Message = "pod " + pods.active[0].Name + " is active"
+		if pods.active[0].Annotations[singletonv1.AnnotationAdopted] == "true" {
 			status.Message += " (adopted: it was running without a start hold)"
 		}
 		setCondition(status, s.ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, status.Message)
@@ -34,16 +35,30 @@ func reportSteady(s *scope) {
 	}
 }
 
-// writeStatus writes the status if it changed.
+// recordActive records pod, just released or adopted, as the singleton's active pod: phase Running,
+// Ready=True with msg, and no waiting condition of a transition left.
+func recordActive(s *scope, pod *corev1.Pod, msg string) {
+	status := s.status
+	status.ActivePod, status.ActivePodUID, status.ActivePodNode = pod.Name, string(pod.UID), pod.Spec.NodeName
+	status.Phase = singletonv1.PhaseRunning
+	status.Message = msg
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionTransitionTimedOut)
+	meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionFencingRequired)
+	setCondition(status, s.ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, msg)
+}
+
+// writeStatus writes the status if it changed, stamped with the time of the write. Under an optimistic
+// lock: the status carries decisions that depend on what was read (the epoch high-water mark, the
+// active pod and its node that fencing relies on), so a write based on a stale copy must fail.
 func (r *Reconciler) writeStatus(ctx context.Context, ss *singletonv1.StatefulSingleton, status *singletonv1.StatefulSingletonStatus) error {
 	status.StatusTimestamp = ss.Status.StatusTimestamp
-	if equalStatus(&ss.Status, status) {
-		return nil
+	if equality.Semantic.DeepEqual(&ss.Status, status) {
+		return nil // unchanged but for the timestamp, which is only refreshed by a write
 	}
 	status.StatusTimestamp = &metav1.Time{Time: r.Clock.Now()}
 	updated := ss.DeepCopy()
 	updated.Status = *status
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
+	if _, err := opsutil.PatchStatus(ctx, r.Client, updated, ss, opsutil.WithOptimisticLock()); err != nil {
 		return ignoreConflict(err)
 	}
 	r.reportWaiting(ss, &ss.Status, status)
@@ -55,21 +70,18 @@ func (r *Reconciler) writeStatus(ctx context.Context, ss *singletonv1.StatefulSi
 // change, not once per reconcile. Reasons whose Events are recorded where they arise
 // (TransitionTimeout, NodeNotReady) are left out.
 func (r *Reconciler) reportWaiting(ss *singletonv1.StatefulSingleton, before, after *singletonv1.StatefulSingletonStatus) {
-	now := meta.FindStatusCondition(after.Conditions, singletonv1.ConditionReady)
-	if now == nil || now.Status != metav1.ConditionFalse {
-		return
-	}
-	if prev := meta.FindStatusCondition(before.Conditions, singletonv1.ConditionReady); prev != nil && prev.Status == now.Status && prev.Reason == now.Reason {
-		return
-	}
 	eventType := corev1.EventTypeNormal
-	switch now.Reason {
-	case singletonv1.ReasonTransitionTimeout, singletonv1.ReasonNodeNotReady:
-		return
-	case "SelectorOverlap", singletonv1.ReasonSeveralPodsWithoutHold:
-		eventType = corev1.EventTypeWarning
+	if now := meta.FindStatusCondition(after.Conditions, singletonv1.ConditionReady); now != nil {
+		switch now.Reason {
+		case singletonv1.ReasonTransitionTimeout, singletonv1.ReasonNodeNotReady:
+			return
+		case "SelectorOverlap", singletonv1.ReasonSeveralPodsWithoutHold:
+			eventType = corev1.EventTypeWarning
+		}
 	}
-	r.Recorder.Eventf(ss, nil, eventType, now.Reason, "Wait", "%s", now.Message)
+	opsutil.EventOnTransition(r.Recorder, ss, nil, before.Conditions, after.Conditions, opsutil.Transition{
+		Type: singletonv1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
+	})
 }
 
 // ignoreConflict drops a conflict of a StatefulSingleton write. A conflict means the cache is behind the
@@ -81,10 +93,6 @@ func ignoreConflict(err error) error {
 		return nil
 	}
 	return err
-}
-
-func equalStatus(a, b *singletonv1.StatefulSingletonStatus) bool {
-	return equality.Semantic.DeepEqual(a, b)
 }
 
 func setCondition(status *singletonv1.StatefulSingletonStatus, ss *singletonv1.StatefulSingleton, typ string, s metav1.ConditionStatus, reason, msg string) {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/statefulops/statefulops/shared/certfiles"
 
-	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -76,29 +75,20 @@ func (c *ServeConfig) Setup(ctx context.Context, mgr ctrl.Manager) error {
 			return nil
 		}
 		dir = DefaultCertDir()
-		key := types.NamespacedName{Namespace: c.namespace, Name: c.secret}
 		// The certificate through the API, not a Secret volume: a fresh install serves grants about a
 		// second after the rotator wrote it instead of after the kubelet's pod sync (~80 s), and no
 		// certificate still means no endpoint, no grant.
-		written, err := certfiles.Sync(mgr, key, dir)
+		written, _, err := certfiles.Rotate(mgr, certfiles.Rotation{
+			Secret:     types.NamespacedName{Namespace: c.namespace, Name: c.secret},
+			Service:    c.service,
+			Dir:        dir,
+			CAName:     "statefulops-singleton-grant-ca",
+			FieldOwner: "singleton-operator",
+		})
 		if err != nil {
-			return fmt.Errorf("following the grant certificate Secret: %w", err)
+			return fmt.Errorf("the grant certificate: %w", err)
 		}
-		certReady = written
-		dns := fmt.Sprintf("%s.%s.svc", c.service, c.namespace)
-		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
-			SecretKey:             key,
-			CertDir:               dir,
-			CAName:                "statefulops-singleton-grant-ca",
-			CAOrganization:        "statefulops",
-			DNSName:               dns,
-			ExtraDNSNames:         []string{dns + ".cluster.local"},
-			IsReady:               make(chan struct{}), // the server waits for the certificate files itself
-			FieldOwner:            "singleton-operator",
-			RequireLeaderElection: false,
-		}); err != nil {
-			return fmt.Errorf("adding the grant certificate rotator: %w", err)
-		}
+		certReady = written // the server waits for the files, not for the rotator's readiness
 	}
 	informer, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
 	if err != nil {

@@ -64,9 +64,11 @@ type Config struct {
 	webhookConfig string
 }
 
-// AddFlags registers the flags on fs, which also holds the common --webhook-* flags.
+// AddFlags registers the flags on fs, which also holds the common --webhook-* flags, and turns
+// --enable-http2 on by default (preferHTTP2).
 func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	c.fs = fs
+	preferHTTP2(fs)
 	v := version.Get()
 	fs.String("wrapper-image", "", "Unused: the status-sidecar installs the wrapper itself (its postStart hook), so pods need no init container.")
 	_ = fs.MarkDeprecated("wrapper-image", "the status-sidecar image now also provides the wrapper; the flag is ignored")
@@ -84,55 +86,31 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"MutatingWebhookConfiguration whose caBundle the certificate rotator keeps current.")
 }
 
+// preferHTTP2 turns --enable-http2 on by default for this binary (the operators keep it off). The API
+// server is the webhook's only client and sends it concurrent admission requests: over HTTP/1.1 it
+// opens one TLS connection per request in flight (52 sockets at 50 concurrent pod creations, a
+// handshake each, and half of them closed again after the burst), over HTTP/2 it multiplexes them on
+// one connection. In `make bench` that was the bulk of the admission latency (see BENCHMARKS.md). The
+// HTTP/2 Rapid Reset and stream-cancellation attacks (CVE-2023-44487, CVE-2023-39325) are bounded by
+// Go's HTTP/2 server since Go 1.21.3; --enable-http2=false still forces HTTP/1.1.
+func preferHTTP2(fs *pflag.FlagSet) {
+	if f := fs.Lookup("enable-http2"); f != nil {
+		_ = f.Value.Set("true")
+		f.DefValue = "true"
+		f.Usage = "Allow HTTP/2 on the metrics and webhook servers (on by default for the webhook server: the API server then multiplexes concurrent admission requests on one connection instead of a TLS handshake each)."
+	}
+}
+
 // Setup registers the pod webhook and, without --webhook-cert-path, the certificate rotator.
 func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
-	// Start following StatefulSingletons with the manager, not at the first admission request, and be
-	// ready only once they are known: an unsynced cache would fail (or delay) admissions.
-	informer, err := mgr.GetCache().GetInformer(ctx, &singletonv1.StatefulSingleton{})
-	if err != nil {
-		return fmt.Errorf("watching StatefulSingletons: %w", err)
-	}
-	if err := mgr.AddReadyzCheck("statefulsingletons-synced", func(_ *http.Request) error {
-		if !informer.HasSynced() {
-			return errors.New("StatefulSingletons not synced yet")
-		}
-		return nil
-	}); err != nil {
+	if err := readyOnceSingletonsSynced(ctx, mgr); err != nil {
 		return err
 	}
-
-	register := func() {
-		mutator := &podwebhook.Mutator{
-			Reader:  mgr.GetClient(),
-			Decoder: admission.NewDecoder(mgr.GetScheme()),
-			Config:  c.Mutation,
-		}
-		switch {
-		case c.grantCAFile != "":
-			ca, err := os.ReadFile(c.grantCAFile)
-			if err != nil || len(ca) == 0 {
-				// Only reached in loopback mode; in the cluster afterReady waited for the file.
-				mgr.GetLogger().Error(err, "Reading --grant-ca-file; the status-sidecars will trust the system roots", "file", c.grantCAFile)
-			}
-			mutator.Config.GrantCA = string(ca)
-		case c.grantCASecret != "":
-			mutator.GrantCA = c.grantCA.get
-		}
-		mgr.GetWebhookServer().Register(podwebhook.Path, &webhook.Admission{Handler: mutator})
+	caKnown, err := c.followGrantCA(mgr)
+	if err != nil {
+		return err
 	}
-	// The grant CA from the operator's Secret, in both certificate modes (cert-manager's overlay serves
-	// a mounted certificate but still reads the grant CA through the API).
-	var caKnown <-chan struct{}
-	if c.grantCAFile == "" && c.grantCASecret != "" {
-		if c.certNamespace == "" {
-			return errors.New("--cert-namespace (or $POD_NAMESPACE) is required with --grant-ca-secret")
-		}
-		c.grantCA.known = make(chan struct{})
-		caKnown = c.grantCA.known
-		if err := certfiles.FollowSecret(mgr, types.NamespacedName{Namespace: c.certNamespace, Name: c.grantCASecret}, c.grantCA.set); err != nil {
-			return fmt.Errorf("following the grant CA Secret: %w", err)
-		}
-	}
+	register := func() { c.registerMutator(mgr) }
 	if c.fs.Lookup("webhook-cert-path").Value.String() != "" {
 		if c.grantCAFile != "" {
 			if _, err := os.Stat(c.grantCAFile); err != nil {
@@ -150,33 +128,75 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	if c.certNamespace == "" {
 		return errors.New("--cert-namespace (or $POD_NAMESPACE) is required when the certificate is rotated in the cluster (no --webhook-cert-path)")
 	}
-	ready := make(chan struct{})
-	secret := types.NamespacedName{Namespace: c.certNamespace, Name: c.certSecret}
-	if err := os.MkdirAll(defaultCertDir(), 0o700); err != nil {
-		return fmt.Errorf("creating the certificate directory: %w", err)
-	}
-	// The certificate through the API, not a Secret volume (see package certfiles); the webhook
-	// server's certificate watcher reloads the files on change.
-	if _, err := certfiles.Sync(mgr, secret, defaultCertDir()); err != nil {
-		return fmt.Errorf("following the certificate Secret: %w", err)
-	}
-	dns := fmt.Sprintf("%s.%s.svc", c.serviceName, c.certNamespace)
-	if err := rotator.AddRotator(mgr, &rotator.CertRotator{
-		SecretKey:      secret,
-		CertDir:        defaultCertDir(),
-		CAName:         "statefulops-webhook-server-ca",
-		CAOrganization: "statefulops",
-		DNSName:        dns,
-		ExtraDNSNames:  []string{dns + ".cluster.local"},
-		IsReady:        ready,
-		Webhooks:       []rotator.WebhookInfo{{Name: c.webhookConfig, Type: rotator.Mutating}},
-		FieldOwner:     "webhook-server",
-		// Every replica serves admissions, so every replica keeps its certificate current.
-		RequireLeaderElection: false,
-	}); err != nil {
-		return fmt.Errorf("adding the certificate rotator: %w", err)
+	// The webhook server's certificate watcher reloads the files when the rotator renews them.
+	_, ready, err := certfiles.Rotate(mgr, certfiles.Rotation{
+		Secret:     types.NamespacedName{Namespace: c.certNamespace, Name: c.certSecret},
+		Service:    c.serviceName,
+		Dir:        defaultCertDir(),
+		CAName:     "statefulops-webhook-server-ca",
+		FieldOwner: "webhook-server",
+		Webhooks:   []rotator.WebhookInfo{{Name: c.webhookConfig, Type: rotator.Mutating}},
+	})
+	if err != nil {
+		return fmt.Errorf("the webhook certificate: %w", err)
 	}
 	return mgr.Add(&afterReady{ready: ready, caFile: c.grantCAFile, caKnown: caKnown, run: register})
+}
+
+// readyOnceSingletonsSynced starts following StatefulSingletons with the manager, not at the first
+// admission request, and fails /readyz until they are known: an unsynced cache would fail (or delay)
+// admissions.
+func readyOnceSingletonsSynced(ctx context.Context, mgr ctrl.Manager) error {
+	informer, err := mgr.GetCache().GetInformer(ctx, &singletonv1.StatefulSingleton{})
+	if err != nil {
+		return fmt.Errorf("watching StatefulSingletons: %w", err)
+	}
+	return mgr.AddReadyzCheck("statefulsingletons-synced", func(_ *http.Request) error {
+		if !informer.HasSynced() {
+			return errors.New("StatefulSingletons not synced yet")
+		}
+		return nil
+	})
+}
+
+// followGrantCA follows the grant CA in the operator's Secret (--grant-ca-secret without
+// --grant-ca-file), in both certificate modes: cert-manager's overlay serves a mounted certificate but
+// still reads the grant CA through the API. The channel closes once a CA is held; it is nil when the CA
+// does not come from a Secret.
+func (c *Config) followGrantCA(mgr ctrl.Manager) (<-chan struct{}, error) {
+	if c.grantCAFile != "" || c.grantCASecret == "" {
+		return nil, nil
+	}
+	if c.certNamespace == "" {
+		return nil, errors.New("--cert-namespace (or $POD_NAMESPACE) is required with --grant-ca-secret")
+	}
+	c.grantCA.known = make(chan struct{})
+	if err := certfiles.FollowSecret(mgr, types.NamespacedName{Namespace: c.certNamespace, Name: c.grantCASecret}, c.grantCA.set); err != nil {
+		return nil, fmt.Errorf("following the grant CA Secret: %w", err)
+	}
+	return c.grantCA.known, nil
+}
+
+// registerMutator registers the pod webhook with the webhook server, which starts it; with the grant CA
+// the status-sidecars are to trust, from --grant-ca-file or the followed Secret.
+func (c *Config) registerMutator(mgr ctrl.Manager) {
+	mutator := &podwebhook.Mutator{
+		Reader:  mgr.GetClient(),
+		Decoder: admission.NewDecoder(mgr.GetScheme()),
+		Config:  c.Mutation,
+	}
+	switch {
+	case c.grantCAFile != "":
+		ca, err := os.ReadFile(c.grantCAFile)
+		if err != nil || len(ca) == 0 {
+			// Only reached in loopback mode; in the cluster afterReady waited for the file.
+			mgr.GetLogger().Error(err, "Reading --grant-ca-file; the status-sidecars will trust the system roots", "file", c.grantCAFile)
+		}
+		mutator.Config.GrantCA = string(ca)
+	case c.grantCASecret != "":
+		mutator.GrantCA = c.grantCA.get
+	}
+	mgr.GetWebhookServer().Register(podwebhook.Path, &webhook.Admission{Handler: mutator})
 }
 
 // defaultCertDir is where controller-runtime's webhook server reads its certificate when no directory is
