@@ -13,26 +13,22 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -94,13 +90,46 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 // fields the election reads, and StatefulSets as metadata only.
 func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	opsutil.RegisterMetrics(failovers, failoverLatency)
-	podsOfStatefulSets, err := labels.NewRequirement(appsv1.StatefulSetPodNameLabel, selection.Exists, nil)
+	scoped, err := newScopedCache(mgr)
 	if err != nil {
 		return err
 	}
+	if err := mgr.Add(scoped); err != nil {
+		return err
+	}
+	if err := indexFields(ctx, scoped, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	r := &Reconciler{
+		Client:    cmp.Or[client.Client](opts.Client, mgr.GetClient()),
+		Locks:     mgr.GetClient(),
+		Cache:     scoped,
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("lease-operator"),
+		Clock:     cmp.Or[clock.PassiveClock](opts.Clock, clock.RealClock{}),
+		obs:       newObservations(),
+		authored:  newAuthored(),
+		written:   newWrittenConditions(),
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("statefulsetlock").
+		For(&leasev1.StatefulSetLock{}, builder.WithPredicates(r.lockPredicate())).
+		WatchesRawSource(source.Kind(scoped, &corev1.Pod{}, r.podHandler(), r.podPredicate())).
+		WatchesRawSource(source.Kind(scoped, &coordinationv1.Lease{}, r.leaseHandler(), r.leasePredicate())).
+		WatchesRawSource(source.Kind(scoped, statefulSetMeta(""), r.statefulSetHandler(), statefulSetPredicate())).
+		WatchesRawSource(source.Kind(scoped, &corev1.Node{}, r.nodeHandler(), r.nodePredicate())).
+		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
+}
+
+// newScopedCache creates the cache of pods, nodes, Leases and StatefulSet metadata.
+func newScopedCache(mgr ctrl.Manager) (cache.Cache, error) {
+	podsOfStatefulSets, err := labels.NewRequirement(appsv1.StatefulSetPodNameLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
 	locksLeases, err := labels.NewRequirement(leasev1.LockLabel, selection.Exists, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	scoped, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme: mgr.GetScheme(),
@@ -114,261 +143,39 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		DefaultTransform: cache.TransformStripManagedFields(),
 	})
 	if err != nil {
-		return fmt.Errorf("creating the pod cache: %w", err)
+		return nil, fmt.Errorf("creating the pod cache: %w", err)
 	}
-	if err := mgr.Add(scoped); err != nil {
-		return err
-	}
-	if err := scoped.IndexField(ctx, &corev1.Pod{}, indexPodStatefulSet, func(o client.Object) []string {
-		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "StatefulSet" {
-			return []string{ref.Name}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := scoped.IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
-		return []string{o.(*corev1.Pod).Spec.NodeName}
-	}); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &leasev1.StatefulSetLock{}, indexLockStatefulSet, func(o client.Object) []string {
-		return []string{o.(*leasev1.StatefulSetLock).Spec.StatefulSetName}
-	}); err != nil {
-		return err
-	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &leasev1.StatefulSetLock{}, indexLockLease, func(o client.Object) []string {
-		return []string{o.(*leasev1.StatefulSetLock).Spec.LeaseName}
-	}); err != nil {
-		return err
-	}
-
-	r := &Reconciler{
-		Client:    opts.Client,
-		Locks:     mgr.GetClient(),
-		Cache:     scoped,
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("lease-operator"),
-		Clock:     opts.Clock,
-		obs:       newObservations(),
-		authored:  newAuthored(),
-		written:   newWrittenConditions(),
-	}
-	if r.Client == nil {
-		r.Client = mgr.GetClient()
-	}
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("statefulsetlock").
-		For(&leasev1.StatefulSetLock{}, builder.WithPredicates(r.lockPredicate())).
-		WatchesRawSource(source.Kind(scoped, &corev1.Pod{}, r.podHandler(), r.podPredicate())).
-		WatchesRawSource(source.Kind(scoped, &coordinationv1.Lease{}, r.leaseHandler(), r.leasePredicate())).
-		WatchesRawSource(source.Kind(scoped, statefulSetMeta(""), r.statefulSetHandler(), statefulSetPredicate())).
-		WatchesRawSource(source.Kind(scoped, &corev1.Node{}, r.nodeHandler(), r.nodePredicate())).
-		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
+	return scoped, nil
 }
 
-// Reconcile elects, labels and records the writer of one StatefulSetLock, or cleans up after it.
-func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLock) (reconcile.Result, error) {
-	if !lock.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, r.finalize(ctx, lock)
-	}
-	if added, err := opsutil.EnsureFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
-		return reconcile.Result{}, err
-	} else if added {
-		r.authored.record(lock)
-	}
-	orig := lock.DeepCopy()
-	result, o, err := r.reconcileLock(ctx, lock)
-	if err != nil {
-		if apierrors.IsConflict(err) {
-			// Someone (the kubelet, another writer) changed an object since it was read: decide again.
-			return reconcile.Result{}, err
-		}
-		o = outcome{state: leasev1.ReasonReconcileError, message: err.Error()}
-	}
-	applyStatus(lock, o)
-	if _, serr := opsutil.PatchStatus(ctx, r.Client, lock, orig); serr != nil {
-		if err == nil {
-			err = serr
-		}
-	} else {
-		r.waitingEvent(lock, r.written.swap(lock, orig.Status.Conditions))
-	}
-	return result, err
-}
-
-// waitingEvent records an Event when the lock enters a state in which it has no working writer (no
-// StatefulSet, no Ready pod, a failover delayed, a conflict, an error), once per entry: kubectl describe
-// says why it waits. A Warning for the error states.
-// before is the lock's conditions as this process last wrote them (or as read, the first time).
-func (r *Reconciler) waitingEvent(lock *leasev1.StatefulSetLock, before []metav1.Condition) {
-	eventType := corev1.EventTypeNormal
-	if c := meta.FindStatusCondition(lock.Status.Conditions, leasev1.ConditionReady); c != nil && errorStates[c.Reason] {
-		eventType = corev1.EventTypeWarning
-	}
-	opsutil.EventOnTransition(r.Recorder, lock, nil, before, lock.Status.Conditions, opsutil.Transition{
-		Type: leasev1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
-	})
-}
-
-// reconcileLock runs one election and makes the pods and the Lease agree with it.
-func (r *Reconciler) reconcileLock(ctx context.Context, lock *leasev1.StatefulSetLock) (reconcile.Result, outcome, error) {
-	log := ctrl.LoggerFrom(ctx)
-	now := r.Clock.Now()
-	duration := time.Duration(lock.Spec.LeaseDurationSeconds) * time.Second
-	retry := reconcile.Result{RequeueAfter: duration}
-
-	if older, err := r.olderLock(ctx, lock); err != nil {
-		return reconcile.Result{}, outcome{}, err
-	} else if older != "" {
-		return retry, outcome{state: leasev1.ReasonStatefulSetConflict,
-			message: fmt.Sprintf("StatefulSetLock %s already manages StatefulSet %s; this lock leaves its pods alone", older, lock.Spec.StatefulSetName)}, nil
-	}
-	if err := r.Cache.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.StatefulSetName}, statefulSetMeta("")); err != nil {
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, outcome{state: leasev1.ReasonStatefulSetNotFound,
-				message: fmt.Sprintf("StatefulSet %s not found", lock.Spec.StatefulSetName)}, nil
-		}
-		return reconcile.Result{}, outcome{}, err
-	}
-	lease, err := r.getLease(ctx, lock)
-	if err != nil {
-		return reconcile.Result{}, outcome{}, err
-	}
-	if lease != nil && !ownedBy(lease, lock) {
-		// The Warning Event is the waiting state's (waitingEvent).
-		return retry, outcome{state: leasev1.ReasonLeaseConflict,
-			message: fmt.Sprintf("Lease %s exists and is not owned by this StatefulSetLock; it is left untouched", lease.Name)}, nil
-	}
-
-	holder, transitions := Holder{Name: lock.Status.WriterPod, UID: types.UID(lock.Status.WriterPodUID)}, lock.Status.LeaseTransitions
-	if lease != nil {
-		holder, transitions = leaseHolder(lease), ptr.Deref(lease.Spec.LeaseTransitions, 0)
-	}
-	pods, err := r.listPods(ctx, lock)
-	if err != nil {
-		return reconcile.Result{}, outcome{}, err
-	}
-	views, err := r.podViews(ctx, lock, pods, now)
-	if err != nil {
-		return reconcile.Result{}, outcome{}, err
-	}
-	decision := Decide(ElectionInput{
-		Holder: holder, Pods: views, Now: now,
-		FailoverDelay: time.Duration(lock.Spec.FailoverDelaySeconds) * time.Second,
-		SwitchoverTo:  lock.Annotations[leasev1.SwitchoverAnnotation],
-	})
-	moved := decision.Writer.Name != holder.Name || (holder.UID != "" && decision.Writer.UID != holder.UID)
-	w := leaseWrite{holder: decision.Writer, transitions: transitions, moved: moved}
-	if moved {
-		w.transitions++
-	}
-
-	// 1. Demote: every pod but the new writer becomes reader. Nothing below runs if this fails.
-	var force []string
-	if moved {
-		force = []string{holder.Name}
-		if lock.Status.WriterPod != holder.Name {
-			force = append(force, lock.Status.WriterPod)
-		}
-	}
-	demoted, err := r.demote(ctx, lock.Namespace, pods, decision.Writer.Name, force)
-	if err != nil {
-		return reconcile.Result{}, outcome{}, err
-	}
-	for _, name := range demoted {
-		r.Recorder.Eventf(lock, podRef(lock.Namespace, name), corev1.EventTypeNormal, leasev1.EventWriterDemoted, "Demote",
-			"Pod %s is no longer the writer (%s)", name, cmp.Or(decision.Reason, "label corrected"))
-	}
-	// 2. Move (or renew) the Lease under its resourceVersion precondition.
-	due, renewAfter := true, duration/2
-	if lease != nil && decision.Writer.Name != "" {
-		due, renewAfter = renewal(lease, duration, now)
-	}
-	if !leaseCurrent(lease, lock, w) || (decision.Writer.Name != "" && due) {
-		if lease, err = r.writeLease(ctx, lock, lease, w, now); err != nil {
-			return reconcile.Result{}, outcome{}, err
-		}
-		renewAfter = duration / 2
-	}
-	// 3. Promote the writer with its fencing epoch.
-	o := outcome{state: leasev1.ReasonAvailable, known: true, writer: decision.Writer, transitions: w.transitions}
-	if decision.Writer.Name == "" {
-		o.state = leasev1.ReasonNoReadyPods
-	} else {
-		i := slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Name == decision.Writer.Name })
-		promoted, err := r.promote(ctx, &pods[i], epochString(w.transitions))
-		if err != nil {
-			return reconcile.Result{}, outcome{}, err
-		}
-		if promoted {
-			r.Recorder.Eventf(lock, podRef(lock.Namespace, decision.Writer.Name), corev1.EventTypeNormal, leasev1.EventWriterElected, "Elect",
-				"Pod %s is the writer with epoch %d (%s)", decision.Writer.Name, w.transitions, cmp.Or(decision.Reason, "label restored"))
-		}
-	}
-	if moved {
-		o.failoverReason, o.failoverTime = cmp.Or(decision.Reason, leasev1.FailoverReasonInitialElection), r.Clock.Now()
-		failovers.WithLabelValues(o.failoverReason).Inc()
-		if since, ok := r.obs.unusableSince(holder); ok {
-			failoverLatency.WithLabelValues(o.failoverReason).Observe(r.Clock.Since(since).Seconds())
-			r.obs.clear("pod/" + string(holder.UID))
-		}
-		log.Info("Moved the writer", "from", holder.Name, "to", decision.Writer.Name, "reason", o.failoverReason, "epoch", w.transitions)
-	}
-	if target := lock.Annotations[leasev1.SwitchoverAnnotation]; target != "" && target == decision.Writer.Name {
-		if err := r.clearSwitchover(ctx, lock); err != nil {
-			return reconcile.Result{}, outcome{}, err
-		}
-	}
-
-	result := reconcile.Result{}
-	if decision.Writer.Name != "" {
-		result.RequeueAfter = renewAfter
-	}
-	if decision.RetryAfter > 0 {
-		o.state = leasev1.ReasonFailoverDelayed
-		o.message = fmt.Sprintf("Writer %s is not Ready; failover in %s unless it recovers", decision.Writer.Name, decision.RetryAfter.Round(time.Millisecond))
-		result.RequeueAfter = min(result.RequeueAfter, decision.RetryAfter)
-	}
-	return result, o, nil
-}
-
-// finalize removes the role labels and the lock's Lease, then the finalizer. A lock that never
-// managed the pods (conflict with another lock or a foreign Lease) leaves them alone.
-func (r *Reconciler) finalize(ctx context.Context, lock *leasev1.StatefulSetLock) error {
-	if !controllerutil.ContainsFinalizer(lock, leasev1.Finalizer) {
-		return nil
-	}
-	older, err := r.olderLock(ctx, lock)
-	if err != nil {
-		return err
-	}
-	lease, err := r.getLease(ctx, lock)
-	if err != nil {
-		return err
-	}
-	if older == "" && (lease == nil || ownedBy(lease, lock)) {
-		pods, err := r.listPods(ctx, lock)
-		if err != nil {
-			return err
-		}
-		if err := r.removeRoles(ctx, pods); err != nil {
-			return err
-		}
-		if lease != nil {
-			if err := r.deleteLease(ctx, lease); err != nil {
-				return err
+// indexFields adds the field indexes the map functions and the reconcile list by: pods by StatefulSet
+// and by node, locks by StatefulSet and by Lease.
+func indexFields(ctx context.Context, pods, locks client.FieldIndexer) error {
+	for _, ix := range []struct {
+		indexer client.FieldIndexer
+		obj     client.Object
+		field   string
+		extract client.IndexerFunc
+	}{
+		{pods, &corev1.Pod{}, indexPodStatefulSet, func(o client.Object) []string {
+			if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "StatefulSet" {
+				return []string{ref.Name}
 			}
+			return nil
+		}},
+		{pods, &corev1.Pod{}, indexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }},
+		{locks, &leasev1.StatefulSetLock{}, indexLockStatefulSet, func(o client.Object) []string {
+			return []string{o.(*leasev1.StatefulSetLock).Spec.StatefulSetName}
+		}},
+		{locks, &leasev1.StatefulSetLock{}, indexLockLease, func(o client.Object) []string {
+			return []string{o.(*leasev1.StatefulSetLock).Spec.LeaseName}
+		}},
+	} {
+		if err := ix.indexer.IndexField(ctx, ix.obj, ix.field, ix.extract); err != nil {
+			return fmt.Errorf("indexing %T by %s: %w", ix.obj, ix.field, err)
 		}
 	}
-	_, err = opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer)
-	if err == nil {
-		r.written.forget(lock)
-	}
-	return err
+	return nil
 }
 
 // clearSwitchover removes the switchover annotation once the writer is its target.
