@@ -21,6 +21,7 @@ func main() {
 		Short:            "Runs StatefulSetLock: exactly one writer pod among a StatefulSet's ready pods.",
 		LeaderElectionID: "lease-operator.app.anukkrit.me",
 		Schemes:          []func(*runtime.Scheme) error{leasev1.AddToScheme},
+		Cache:            controller.CacheOptions,
 		Setup:            controller.Setup,
 	})
 }

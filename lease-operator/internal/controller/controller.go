@@ -15,19 +15,15 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -53,9 +49,8 @@ const (
 type Reconciler struct {
 	// Client writes pods, Leases and locks.
 	Client client.Client
-	// Locks reads StatefulSetLocks (the manager's cache).
-	Locks client.Reader
-	// Cache reads pods, nodes, Leases and StatefulSet metadata from the operator's scoped cache.
+	// Cache reads StatefulSetLocks, pods, nodes, Leases and StatefulSet metadata from the manager's
+	// cache (scoped by CacheOptions).
 	Cache client.Reader
 	// APIReader reads Leases from the API server.
 	APIReader client.Reader
@@ -82,28 +77,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 	return SetupWithOptions(ctx, mgr, Options{})
 }
 
-// SetupWithOptions registers the StatefulSetLock controller with the manager.
-//
-// Pods, nodes, the operator's Leases and StatefulSet metadata live in a cache of their own, scoped so
-// that memory does not grow with unrelated objects: pods carrying the label every StatefulSet pod has
-// (statefulset.kubernetes.io/pod-name), Leases labelled by a lock, nodes and pods stripped to the
-// fields the election reads, and StatefulSets as metadata only.
+// SetupWithOptions registers the StatefulSetLock controller with the manager, whose cache CacheOptions
+// scopes.
 func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	opsutil.RegisterMetrics(failovers, failoverLatency)
-	scoped, err := newScopedCache(mgr)
-	if err != nil {
-		return err
-	}
-	if err := mgr.Add(scoped); err != nil {
-		return err
-	}
-	if err := indexFields(ctx, scoped, mgr.GetFieldIndexer()); err != nil {
+	if err := indexFields(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	r := &Reconciler{
 		Client:    cmp.Or[client.Client](opts.Client, mgr.GetClient()),
-		Locks:     mgr.GetClient(),
-		Cache:     scoped,
+		Cache:     mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("lease-operator"),
 		Clock:     cmp.Or[clock.PassiveClock](opts.Clock, clock.RealClock{}),
@@ -111,67 +94,40 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		authored:  newAuthored(),
 		written:   newWrittenConditions(),
 	}
+	cached := mgr.GetCache()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulsetlock").
 		For(&leasev1.StatefulSetLock{}, builder.WithPredicates(r.lockPredicate())).
-		WatchesRawSource(source.Kind(scoped, &corev1.Pod{}, r.podHandler(), r.podPredicate())).
-		WatchesRawSource(source.Kind(scoped, &coordinationv1.Lease{}, r.leaseHandler(), r.leasePredicate())).
-		WatchesRawSource(source.Kind(scoped, statefulSetMeta(""), r.statefulSetHandler(), statefulSetPredicate())).
-		WatchesRawSource(source.Kind(scoped, &corev1.Node{}, r.nodeHandler(), r.nodePredicate())).
+		WatchesRawSource(source.Kind(cached, &corev1.Pod{}, r.podHandler(), r.podPredicate())).
+		WatchesRawSource(source.Kind(cached, &coordinationv1.Lease{}, r.leaseHandler(), r.leasePredicate())).
+		WatchesRawSource(source.Kind(cached, statefulSetMeta(""), r.statefulSetHandler(), statefulSetPredicate())).
+		WatchesRawSource(source.Kind(cached, &corev1.Node{}, r.nodeHandler(), r.nodePredicate())).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
-}
-
-// newScopedCache creates the cache of pods, nodes, Leases and StatefulSet metadata.
-func newScopedCache(mgr ctrl.Manager) (cache.Cache, error) {
-	podsOfStatefulSets, err := labels.NewRequirement(appsv1.StatefulSetPodNameLabel, selection.Exists, nil)
-	if err != nil {
-		return nil, err
-	}
-	locksLeases, err := labels.NewRequirement(leasev1.LockLabel, selection.Exists, nil)
-	if err != nil {
-		return nil, err
-	}
-	scoped, err := cache.New(mgr.GetConfig(), cache.Options{
-		Scheme: mgr.GetScheme(),
-		Mapper: mgr.GetRESTMapper(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:           {Label: labels.NewSelector().Add(*podsOfStatefulSets), Transform: opsutil.SlimPod},
-			&coordinationv1.Lease{}: {Label: labels.NewSelector().Add(*locksLeases)},
-			&corev1.Node{}:          {Transform: opsutil.SlimNode},
-			statefulSetMeta(""):     {},
-		},
-		DefaultTransform: cache.TransformStripManagedFields(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating the pod cache: %w", err)
-	}
-	return scoped, nil
 }
 
 // indexFields adds the field indexes the map functions and the reconcile list by: pods by StatefulSet
 // and by node, locks by StatefulSet and by Lease.
-func indexFields(ctx context.Context, pods, locks client.FieldIndexer) error {
+func indexFields(ctx context.Context, indexer client.FieldIndexer) error {
 	for _, ix := range []struct {
-		indexer client.FieldIndexer
 		obj     client.Object
 		field   string
 		extract client.IndexerFunc
 	}{
-		{pods, &corev1.Pod{}, indexPodStatefulSet, func(o client.Object) []string {
+		{&corev1.Pod{}, indexPodStatefulSet, func(o client.Object) []string {
 			if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "StatefulSet" {
 				return []string{ref.Name}
 			}
 			return nil
 		}},
-		{pods, &corev1.Pod{}, indexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }},
-		{locks, &leasev1.StatefulSetLock{}, indexLockStatefulSet, func(o client.Object) []string {
+		{&corev1.Pod{}, indexPodNode, func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }},
+		{&leasev1.StatefulSetLock{}, indexLockStatefulSet, func(o client.Object) []string {
 			return []string{o.(*leasev1.StatefulSetLock).Spec.StatefulSetName}
 		}},
-		{locks, &leasev1.StatefulSetLock{}, indexLockLease, func(o client.Object) []string {
+		{&leasev1.StatefulSetLock{}, indexLockLease, func(o client.Object) []string {
 			return []string{o.(*leasev1.StatefulSetLock).Spec.LeaseName}
 		}},
 	} {
-		if err := ix.indexer.IndexField(ctx, ix.obj, ix.field, ix.extract); err != nil {
+		if err := indexer.IndexField(ctx, ix.obj, ix.field, ix.extract); err != nil {
 			return fmt.Errorf("indexing %T by %s: %w", ix.obj, ix.field, err)
 		}
 	}
@@ -193,7 +149,7 @@ func (r *Reconciler) clearSwitchover(ctx context.Context, lock *leasev1.Stateful
 // created first (ties broken by name): only that one manages the pods.
 func (r *Reconciler) olderLock(ctx context.Context, lock *leasev1.StatefulSetLock) (string, error) {
 	var locks leasev1.StatefulSetLockList
-	if err := r.Locks.List(ctx, &locks, client.InNamespace(lock.Namespace), client.MatchingFields{indexLockStatefulSet: lock.Spec.StatefulSetName}); err != nil {
+	if err := r.Cache.List(ctx, &locks, client.InNamespace(lock.Namespace), client.MatchingFields{indexLockStatefulSet: lock.Spec.StatefulSetName}); err != nil {
 		return "", fmt.Errorf("listing StatefulSetLocks: %w", err)
 	}
 	for _, other := range locks.Items {
@@ -243,13 +199,6 @@ func (r *Reconciler) podViews(ctx context.Context, lock *leasev1.StatefulSetLock
 		views = append(views, v)
 	}
 	return views, nil
-}
-
-// statefulSetMeta is a metadata-only StatefulSet: the operator needs to know that it exists, not its body.
-func statefulSetMeta(name string) *metav1.PartialObjectMetadata {
-	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	m.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("StatefulSet"))
-	return m
 }
 
 func podRef(namespace, name string) *corev1.ObjectReference {

@@ -171,7 +171,7 @@ func (r *Reconciler) locksOfPod(ctx context.Context, pod *corev1.Pod) []reconcil
 // locksNaming returns the locks of the namespace whose indexed field has that value.
 func (r *Reconciler) locksNaming(ctx context.Context, namespace, index, value string) []reconcile.Request {
 	var locks leasev1.StatefulSetLockList
-	if err := r.Locks.List(ctx, &locks, client.InNamespace(namespace), client.MatchingFields{index: value}); err != nil {
+	if err := r.Cache.List(ctx, &locks, client.InNamespace(namespace), client.MatchingFields{index: value}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list StatefulSetLocks", "namespace", namespace, index, value)
 		return nil
 	}
