@@ -59,9 +59,11 @@ type Reconciler struct {
 	// Clock is the operator's clock (a fake one in tests).
 	Clock clock.PassiveClock
 
-	obs      *observations
-	authored *authored
-	written  *writtenConditions
+	obs *observations
+	// writes remembers the operator's own writes (pods, Leases, the lock), so that the watch event
+	// each causes does not wake the controller: quiet at rest, a Lease renewal is not news.
+	writes  *opsutil.WriteTracker
+	written *writtenConditions
 }
 
 // Options adjust Setup for tests.
@@ -91,15 +93,16 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Recorder:  mgr.GetEventRecorder("lease-operator"),
 		Clock:     cmp.Or[clock.PassiveClock](opts.Clock, clock.RealClock{}),
 		obs:       newObservations(),
-		authored:  newAuthored(),
+		writes:    opsutil.NewWriteTracker(),
 		written:   newWrittenConditions(),
 	}
 	cached := mgr.GetCache()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulsetlock").
-		For(&leasev1.StatefulSetLock{}, builder.WithPredicates(r.lockPredicate())).
-		WatchesRawSource(source.Kind(cached, &corev1.Pod{}, r.podHandler(), r.podPredicate())).
-		WatchesRawSource(source.Kind(cached, &coordinationv1.Lease{}, r.leaseHandler(), r.leasePredicate())).
+		For(&leasev1.StatefulSetLock{}, builder.WithPredicates(opsutil.IgnoreOwnWrites[client.Object](r.writes), lockChanged())).
+		WatchesRawSource(source.Kind(cached, &corev1.Pod{}, r.podHandler(), opsutil.IgnoreOwnWrites[*corev1.Pod](r.writes), podChanged())).
+		// Someone else's change of a Lease, or its deletion, is news; the operator's own writes are not.
+		WatchesRawSource(source.Kind(cached, &coordinationv1.Lease{}, r.leaseHandler(), opsutil.IgnoreOwnWrites[*coordinationv1.Lease](r.writes))).
 		WatchesRawSource(source.Kind(cached, statefulSetMeta(""), r.statefulSetHandler(), statefulSetPredicate())).
 		WatchesRawSource(source.Kind(cached, &corev1.Node{}, r.nodeHandler(), r.nodePredicate())).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
@@ -141,7 +144,7 @@ func (r *Reconciler) clearSwitchover(ctx context.Context, lock *leasev1.Stateful
 	if err := r.Client.Patch(ctx, lock, client.MergeFrom(orig)); err != nil {
 		return fmt.Errorf("removing the %s annotation: %w", leasev1.SwitchoverAnnotation, err)
 	}
-	r.authored.record(lock)
+	r.writes.Wrote(lock)
 	return nil
 }
 

@@ -76,7 +76,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLoc
 	if added, err := opsutil.EnsureFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
 		return reconcile.Result{}, err
 	} else if added {
-		r.authored.record(lock)
+		r.writes.Wrote(lock)
 	}
 	s := r.newScope(lock)
 	defer func() { reterr = r.patchStatus(ctx, s, reterr) }()
@@ -99,8 +99,12 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) error
 		s.state, s.message, s.known, s.failoverReason = leasev1.ReasonReconcileError, err.Error(), false, ""
 	}
 	applyStatus(s)
-	if _, serr := opsutil.PatchStatus(ctx, r.Client, s.lock, s.orig); serr != nil {
+	written, serr := opsutil.PatchStatus(ctx, r.Client, s.lock, s.orig)
+	if serr != nil {
 		return cmp.Or(err, serr)
+	}
+	if written {
+		r.writes.Wrote(s.lock)
 	}
 	r.waitingEvent(s.lock, r.written.swap(s.lock, s.orig.Status.Conditions))
 	return err
@@ -323,11 +327,12 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, lock *leasev1.Stateful
 			return err
 		}
 	}
-	_, err = opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer)
-	if err == nil {
-		r.written.forget(lock)
+	if _, err := opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
+		return err
 	}
-	return err
+	r.writes.Forget(lock)
+	r.written.forget(lock)
+	return nil
 }
 
 // releasePods removes the role labels from the StatefulSet's pods, then deletes the lock's Lease.

@@ -21,36 +21,6 @@ import (
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
-// authored remembers the resourceVersion of every object the operator wrote last, so that the watch
-// event its own write causes does not trigger another reconcile (quiet at rest: a Lease renewal must
-// not wake the controller up).
-type authored struct {
-	mu  sync.Mutex
-	rvs map[types.UID]string
-}
-
-func newAuthored() *authored { return &authored{rvs: map[types.UID]string{}} }
-
-func (a *authored) record(obj client.Object) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.rvs[obj.GetUID()] = obj.GetResourceVersion()
-}
-
-// own reports whether obj is exactly the state the operator wrote.
-func (a *authored) own(obj client.Object) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	rv, ok := a.rvs[obj.GetUID()]
-	return ok && rv == obj.GetResourceVersion()
-}
-
-func (a *authored) forget(obj client.Object) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.rvs, obj.GetUID())
-}
-
 // observations remember, per pod UID, when the operator first saw the pod unable to serve (not
 // Ready, terminating, gone) and, per node, when it first saw the node NotReady: the start of the
 // failover-delay timer and of the failover-latency measurement. They live in memory: after a restart
@@ -115,27 +85,22 @@ func podKey(pod *corev1.Pod) string { return "pod/" + string(pod.UID) }
 // usable reports whether the pod, as far as the pod alone tells, can serve as the writer.
 func usable(pod *corev1.Pod) bool { return opsutil.PodReady(pod) && pod.DeletionTimestamp.IsZero() }
 
-// lockPredicate lets through the lock's creation, deletion and changes of its spec or annotations
-// (the switchover annotation), but not the operator's own writes (status, finalizer, annotation).
-func (r *Reconciler) lockPredicate() predicate.Predicate {
+// lockChanged lets through the lock's creation, deletion and changes of its spec or annotations (the
+// switchover annotation). The operator's own writes (status, finalizer, annotation) are dropped before
+// it (opsutil.IgnoreOwnWrites).
+func lockChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		if r.authored.own(e.ObjectNew) {
-			return false
-		}
 		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
 			e.ObjectOld.GetAnnotations()[leasev1.SwitchoverAnnotation] != e.ObjectNew.GetAnnotations()[leasev1.SwitchoverAnnotation] ||
 			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
 	}}
 }
 
-// podPredicate lets through what can change the election or the labels: readiness, deletion, node,
-// role label and epoch, but not the operator's own label patches.
-func (r *Reconciler) podPredicate() predicate.TypedPredicate[*corev1.Pod] {
+// podChanged lets through what can change the election or the labels: readiness, deletion, node, role
+// label and epoch. The operator's own label patches are dropped before it (opsutil.IgnoreOwnWrites).
+func podChanged() predicate.TypedPredicate[*corev1.Pod] {
 	return predicate.TypedFuncs[*corev1.Pod]{UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Pod]) bool {
 		o, n := e.ObjectOld, e.ObjectNew
-		if r.authored.own(n) {
-			return false
-		}
 		return opsutil.PodReady(o) != opsutil.PodReady(n) || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
 			o.Spec.NodeName != n.Spec.NodeName ||
 			o.Labels[leasev1.RoleLabel] != n.Labels[leasev1.RoleLabel] ||
@@ -155,7 +120,7 @@ func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconci
 	}
 	gone := func(pod *corev1.Pod) {
 		r.obs.mark(podKey(pod), r.Clock.Now())
-		r.authored.forget(pod)
+		r.writes.Forget(pod)
 	}
 	return opsutil.PodHandler(r.locksOfPod, seen, gone)
 }
@@ -180,15 +145,6 @@ func (r *Reconciler) locksNaming(ctx context.Context, namespace, index, value st
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Name}})
 	}
 	return reqs
-}
-
-// leasePredicate ignores the operator's own Lease writes (renewals, moves); a deletion or someone
-// else's change of the Lease triggers a reconcile.
-func (r *Reconciler) leasePredicate() predicate.TypedPredicate[*coordinationv1.Lease] {
-	return predicate.TypedFuncs[*coordinationv1.Lease]{
-		CreateFunc: func(e event.TypedCreateEvent[*coordinationv1.Lease]) bool { return !r.authored.own(e.Object) },
-		UpdateFunc: func(e event.TypedUpdateEvent[*coordinationv1.Lease]) bool { return !r.authored.own(e.ObjectNew) },
-	}
 }
 
 // leaseHandler maps a Lease to every lock naming it: its owner, and any lock waiting in LeaseConflict.
@@ -237,6 +193,9 @@ func (r *Reconciler) nodeHandler() handler.TypedEventHandler[*corev1.Node, recon
 // The waiting Event compares the new conditions with these rather than with the lock as read: a
 // reconcile may read the lock from a cache that does not show its own last status write yet, and
 // would otherwise announce the same wait twice. After a restart the lock as read is the reference.
+// The WriteTracker cannot stand in for it: it knows that the cached lock is behind the last status
+// write (Behind), not what that write said, and the reconcile must go on from the lagging copy (the
+// status write's own watch event is dropped, so waiting for it would stall the lock).
 type writtenConditions struct {
 	mu    sync.Mutex
 	byUID map[types.UID][]metav1.Condition
