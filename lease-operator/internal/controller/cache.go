@@ -5,8 +5,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -26,22 +24,12 @@ import (
 // CacheOptions scopes the manager's cache (see above). main passes it to shared/manager
 // (Options.Cache); the integration tests use it too.
 func CacheOptions(o *cache.Options) {
-	if o.ByObject == nil {
-		o.ByObject = map[client.Object]cache.ByObject{}
-	}
-	o.ByObject[&corev1.Pod{}] = cache.ByObject{Label: labelExists(appsv1.StatefulSetPodNameLabel), Transform: opsutil.SlimPod}
-	o.ByObject[&coordinationv1.Lease{}] = cache.ByObject{Label: labelExists(leasev1.LockLabel)}
-	o.ByObject[&corev1.Node{}] = cache.ByObject{Transform: opsutil.SlimNode}
-	o.ByObject[statefulSetMeta("")] = cache.ByObject{}
-}
-
-// labelExists selects the objects that carry the label, whatever its value.
-func labelExists(key string) labels.Selector {
-	req, err := labels.NewRequirement(key, selection.Exists, nil)
-	if err != nil {
-		panic(err) // a constant, valid label key
-	}
-	return labels.NewSelector().Add(*req)
+	opsutil.ScopeCache(o, map[client.Object]cache.ByObject{
+		&corev1.Pod{}:           {Label: opsutil.HasLabel(appsv1.StatefulSetPodNameLabel), Transform: opsutil.SlimPod},
+		&coordinationv1.Lease{}: {Label: opsutil.HasLabel(leasev1.LockLabel)},
+		&corev1.Node{}:          {Transform: opsutil.SlimNode},
+		statefulSetMeta(""):     {},
+	})
 }
 
 // statefulSetMeta is a metadata-only StatefulSet: the operator needs to know that it exists, not its body.
