@@ -13,13 +13,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -117,8 +113,8 @@ func indexFields(ctx context.Context, indexer client.FieldIndexer) error {
 		extract client.IndexerFunc
 	}{
 		{&corev1.Pod{}, indexPodStatefulSet, func(o client.Object) []string {
-			if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "StatefulSet" {
-				return []string{ref.Name}
+			if sts, ok := opsutil.ControllerOfKind(o, "StatefulSet"); ok {
+				return []string{sts.Name}
 			}
 			return nil
 		}},
@@ -135,75 +131,4 @@ func indexFields(ctx context.Context, indexer client.FieldIndexer) error {
 		}
 	}
 	return nil
-}
-
-// clearSwitchover removes the switchover annotation once the writer is its target.
-func (r *Reconciler) clearSwitchover(ctx context.Context, lock *leasev1.StatefulSetLock) error {
-	orig := lock.DeepCopy()
-	delete(lock.Annotations, leasev1.SwitchoverAnnotation)
-	if err := r.Client.Patch(ctx, lock, client.MergeFrom(orig)); err != nil {
-		return fmt.Errorf("removing the %s annotation: %w", leasev1.SwitchoverAnnotation, err)
-	}
-	r.writes.Wrote(lock)
-	return nil
-}
-
-// olderLock returns the name of another StatefulSetLock that names the same StatefulSet and was
-// created first (ties broken by name): only that one manages the pods.
-func (r *Reconciler) olderLock(ctx context.Context, lock *leasev1.StatefulSetLock) (string, error) {
-	var locks leasev1.StatefulSetLockList
-	if err := r.Cache.List(ctx, &locks, client.InNamespace(lock.Namespace), client.MatchingFields{indexLockStatefulSet: lock.Spec.StatefulSetName}); err != nil {
-		return "", fmt.Errorf("listing StatefulSetLocks: %w", err)
-	}
-	for _, other := range locks.Items {
-		if other.UID == lock.UID {
-			continue
-		}
-		if other.CreationTimestamp.Before(&lock.CreationTimestamp) ||
-			(other.CreationTimestamp.Equal(&lock.CreationTimestamp) && other.Name < lock.Name) {
-			return other.Name, nil
-		}
-	}
-	return "", nil
-}
-
-// listPods returns the pods the lock's StatefulSet controls, from the scoped cache.
-func (r *Reconciler) listPods(ctx context.Context, lock *leasev1.StatefulSetLock) ([]corev1.Pod, error) {
-	var pods corev1.PodList
-	if err := r.Cache.List(ctx, &pods, client.InNamespace(lock.Namespace), client.MatchingFields{indexPodStatefulSet: lock.Spec.StatefulSetName}); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
-	}
-	return pods.Items, nil
-}
-
-// podViews turns the pods into what the election reads, looking up their nodes' readiness.
-func (r *Reconciler) podViews(ctx context.Context, lock *leasev1.StatefulSetLock, pods []corev1.Pod, now time.Time) ([]PodView, error) {
-	views := make([]PodView, 0, len(pods))
-	nodeReady := map[string]bool{}
-	for i := range pods {
-		pod := &pods[i]
-		ready, known := nodeReady[pod.Spec.NodeName]
-		if !known && pod.Spec.NodeName != "" {
-			node := &corev1.Node{}
-			err := r.Cache.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node)
-			if err != nil && !apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("reading node %s: %w", pod.Spec.NodeName, err)
-			}
-			ready = err == nil && opsutil.NodeReady(node)
-			nodeReady[pod.Spec.NodeName] = ready
-		}
-		v := PodView{
-			Name: pod.Name, UID: pod.UID, Ordinal: Ordinal(lock.Spec.StatefulSetName, pod.Name),
-			Ready: opsutil.PodReady(pod), Terminating: !pod.DeletionTimestamp.IsZero(), NodeReady: ready,
-		}
-		if !v.Ready {
-			v.NotReadySince = r.obs.notReadySince(pod.UID, now)
-		}
-		views = append(views, v)
-	}
-	return views, nil
-}
-
-func podRef(namespace, name string) *corev1.ObjectReference {
-	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: name}
 }

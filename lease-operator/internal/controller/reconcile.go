@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -348,4 +349,75 @@ func (r *Reconciler) releasePods(ctx context.Context, lock *leasev1.StatefulSetL
 		return nil
 	}
 	return r.deleteLease(ctx, lease)
+}
+
+// clearSwitchover removes the switchover annotation once the writer is its target.
+func (r *Reconciler) clearSwitchover(ctx context.Context, lock *leasev1.StatefulSetLock) error {
+	orig := lock.DeepCopy()
+	delete(lock.Annotations, leasev1.SwitchoverAnnotation)
+	if err := r.Client.Patch(ctx, lock, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("removing the %s annotation: %w", leasev1.SwitchoverAnnotation, err)
+	}
+	r.writes.Wrote(lock)
+	return nil
+}
+
+// olderLock returns the name of another StatefulSetLock that names the same StatefulSet and was
+// created first (ties broken by name): only that one manages the pods.
+func (r *Reconciler) olderLock(ctx context.Context, lock *leasev1.StatefulSetLock) (string, error) {
+	var locks leasev1.StatefulSetLockList
+	if err := r.Cache.List(ctx, &locks, client.InNamespace(lock.Namespace), client.MatchingFields{indexLockStatefulSet: lock.Spec.StatefulSetName}); err != nil {
+		return "", fmt.Errorf("listing StatefulSetLocks: %w", err)
+	}
+	for _, other := range locks.Items {
+		if other.UID == lock.UID {
+			continue
+		}
+		if other.CreationTimestamp.Before(&lock.CreationTimestamp) ||
+			(other.CreationTimestamp.Equal(&lock.CreationTimestamp) && other.Name < lock.Name) {
+			return other.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// listPods returns the pods the lock's StatefulSet controls, from the cache.
+func (r *Reconciler) listPods(ctx context.Context, lock *leasev1.StatefulSetLock) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Cache.List(ctx, &pods, client.InNamespace(lock.Namespace), client.MatchingFields{indexPodStatefulSet: lock.Spec.StatefulSetName}); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	return pods.Items, nil
+}
+
+// podViews turns the pods into what the election reads, looking up their nodes' readiness.
+func (r *Reconciler) podViews(ctx context.Context, lock *leasev1.StatefulSetLock, pods []corev1.Pod, now time.Time) ([]PodView, error) {
+	views := make([]PodView, 0, len(pods))
+	nodeReady := map[string]bool{}
+	for i := range pods {
+		pod := &pods[i]
+		ready, known := nodeReady[pod.Spec.NodeName]
+		if !known && pod.Spec.NodeName != "" {
+			node := &corev1.Node{}
+			err := r.Cache.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("reading node %s: %w", pod.Spec.NodeName, err)
+			}
+			ready = err == nil && opsutil.NodeReady(node)
+			nodeReady[pod.Spec.NodeName] = ready
+		}
+		v := PodView{
+			Name: pod.Name, UID: pod.UID, Ordinal: Ordinal(lock.Spec.StatefulSetName, pod.Name),
+			Ready: opsutil.PodReady(pod), Terminating: !pod.DeletionTimestamp.IsZero(), NodeReady: ready,
+		}
+		if !v.Ready {
+			v.NotReadySince = r.obs.notReadySince(pod.UID, now)
+		}
+		views = append(views, v)
+	}
+	return views, nil
+}
+
+func podRef(namespace, name string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: name}
 }

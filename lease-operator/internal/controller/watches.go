@@ -59,11 +59,11 @@ func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconci
 }
 
 func (r *Reconciler) locksOfPod(ctx context.Context, pod *corev1.Pod) []reconcile.Request {
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil || ref.Kind != "StatefulSet" {
+	sts, ok := opsutil.ControllerOfKind(pod, "StatefulSet")
+	if !ok {
 		return nil
 	}
-	return r.locksNaming(ctx, pod.Namespace, indexLockStatefulSet, ref.Name)
+	return r.locksNaming(ctx, pod.Namespace, indexLockStatefulSet, sts.Name)
 }
 
 // locksNaming returns the locks of the namespace whose indexed field has that value.
