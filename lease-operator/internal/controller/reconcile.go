@@ -26,7 +26,8 @@ import (
 // scope is what one reconcile of a StatefulSetLock reads and decides; its status is computed from it
 // (applyStatus).
 type scope struct {
-	lock *leasev1.StatefulSetLock
+	lock     *leasev1.StatefulSetLock
+	deleting bool
 	// orig is the lock as read: the base of the status patch and, the first time, of the waiting Event.
 	orig     *leasev1.StatefulSetLock
 	now      time.Time
@@ -59,7 +60,7 @@ type scope struct {
 
 func (r *Reconciler) newScope(lock *leasev1.StatefulSetLock) *scope {
 	return &scope{
-		lock: lock, orig: lock.DeepCopy(), now: r.Clock.Now(),
+		lock: lock, deleting: !lock.DeletionTimestamp.IsZero(), orig: lock.DeepCopy(), now: r.Clock.Now(),
 		duration: time.Duration(lock.Spec.LeaseDurationSeconds) * time.Second,
 	}
 }
@@ -71,16 +72,18 @@ func (s *scope) wait(state, message string, result reconcile.Result) {
 
 // Reconcile elects, labels and records the writer of one StatefulSetLock, or cleans up after it.
 func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLock) (_ reconcile.Result, reterr error) {
-	if !lock.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, r.reconcileDelete(ctx, lock)
-	}
-	if added, err := opsutil.EnsureFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
-		return reconcile.Result{}, err
-	} else if added {
-		r.writes.Wrote(lock)
+	if lock.DeletionTimestamp.IsZero() {
+		if added, err := opsutil.EnsureFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
+			return reconcile.Result{}, err
+		} else if added {
+			r.writes.Wrote(lock)
+		}
 	}
 	s := r.newScope(lock)
 	defer func() { reterr = r.patchStatus(ctx, s, reterr) }()
+	if s.deleting {
+		return reconcile.Result{}, r.reconcileDelete(ctx, s)
+	}
 	if err := r.reconcileNormal(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -92,6 +95,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLoc
 // nothing (someone, the kubelet or another writer, changed an object since it was read: the next
 // reconcile decides again); any other error is the ReconcileError state.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) error {
+	if s.deleting {
+		return err // a lock being deleted keeps its last status until its finalizer is removed
+	}
 	if apierrors.IsConflict(err) {
 		return err
 	}
@@ -311,7 +317,8 @@ func (r *Reconciler) schedule(s *scope) {
 
 // reconcileDelete removes the role labels and the lock's Lease, then the finalizer. A lock that never
 // managed the pods (conflict with another lock or a foreign Lease) leaves them alone.
-func (r *Reconciler) reconcileDelete(ctx context.Context, lock *leasev1.StatefulSetLock) error {
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
+	lock := s.lock
 	if !controllerutil.ContainsFinalizer(lock, leasev1.Finalizer) {
 		return nil
 	}
