@@ -21,6 +21,9 @@ func main() {
 		Short:            "Runs StatefulSetLock: exactly one writer pod among a StatefulSet's ready pods.",
 		LeaderElectionID: "lease-operator.app.anukkrit.me",
 		Schemes:          []func(*runtime.Scheme) error{leasev1.AddToScheme},
-		Setup:            controller.Setup,
+		// StatefulSets' pods and the locks' Leases only, slim pods and nodes, StatefulSets as metadata
+		// (controller/cache.go).
+		Cache: controller.CacheOptions,
+		Setup: controller.Setup,
 	})
 }

@@ -187,7 +187,7 @@ func TestApplyStatus(t *testing.T) {
 			if tc.state == leasev1.ReasonAvailable || tc.state == leasev1.ReasonFailoverDelayed {
 				w = Holder{Name: "db-1", UID: "u1"}
 			}
-			applyStatus(lock, outcome{state: tc.state, known: true, writer: w, transitions: 2, failoverReason: "WriterGone", failoverTime: t0})
+			applyStatus(&scope{lock: lock, state: tc.state, known: true, writer: w, transitions: 2, failoverReason: "WriterGone", failoverTime: t0})
 			for cond, want := range map[string]bool{
 				leasev1.ConditionAvailable: tc.available, leasev1.ConditionProgressing: tc.progressing,
 				leasev1.ConditionError: tc.errored, leasev1.ConditionReady: tc.ready,

@@ -77,7 +77,7 @@ func (r *Reconciler) forceReader(ctx context.Context, namespace, name string) er
 		}
 		return err
 	}
-	r.authored.record(pod)
+	r.writes.Wrote(pod)
 	return nil
 }
 
@@ -111,7 +111,7 @@ func (r *Reconciler) setRole(ctx context.Context, pod *corev1.Pod, role, epoch s
 		}
 		return err
 	}
-	r.authored.record(pod)
+	r.writes.Wrote(pod)
 	return nil
 }
 

@@ -96,7 +96,7 @@ func (r *Reconciler) writeLease(ctx context.Context, lock *leasev1.StatefulSetLo
 	if err != nil {
 		return nil, fmt.Errorf("writing Lease %s: %w", lock.Spec.LeaseName, err)
 	}
-	r.authored.record(lease)
+	r.writes.Wrote(lease)
 	return lease, nil
 }
 

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -23,31 +22,16 @@ var (
 	}, []string{"reason"})
 )
 
-// outcome is what one reconcile found, from which the status is computed.
-type outcome struct {
-	// state is the reason of the Available condition: ReasonAvailable, ReasonNoReadyPods,
-	// ReasonFailoverDelayed, or one of the error reasons (StatefulSetNotFound, LeaseConflict,
-	// StatefulSetConflict, ReconcileError).
-	state   string
-	message string
-	// known is whether writer and transitions were determined (false on errors before the election).
-	known       bool
-	writer      Holder
-	transitions int32
-	// failoverReason is set when the writer changed in this reconcile.
-	failoverReason string
-	failoverTime   time.Time
-}
-
 // errorStates are the states in which the Error condition is True.
 var errorStates = map[string]bool{
 	leasev1.ReasonStatefulSetNotFound: true, leasev1.ReasonLeaseConflict: true,
 	leasev1.ReasonStatefulSetConflict: true, leasev1.ReasonReconcileError: true,
 }
 
-// applyStatus computes the lock's status from the outcome. Conditions change their
-// lastTransitionTime only when their status changes.
-func applyStatus(lock *leasev1.StatefulSetLock, o outcome) {
+// applyStatus computes the lock's status from what the reconcile found and decided. Conditions change
+// their lastTransitionTime only when their status changes.
+func applyStatus(o *scope) {
+	lock := o.lock
 	st := &lock.Status
 	if o.known {
 		st.WriterPod, st.WriterPodUID, st.LeaseTransitions = o.writer.Name, string(o.writer.UID), o.transitions
@@ -82,7 +66,7 @@ func applyStatus(lock *leasev1.StatefulSetLock, o outcome) {
 	set(leasev1.ConditionReady, o.state == leasev1.ReasonAvailable && o.writer.Name != "")
 }
 
-func stateMessage(o outcome) string {
+func stateMessage(o *scope) string {
 	switch o.state {
 	case leasev1.ReasonAvailable:
 		return fmt.Sprintf("Pod %s is the writer (epoch %d)", o.writer.Name, o.transitions)

@@ -32,7 +32,7 @@ func FuzzLockStatus(f *testing.F) {
 		lock := &leasev1.StatefulSetLock{ObjectMeta: metav1.ObjectMeta{Generation: generation}}
 		lastFailover := ""
 		for i := 0; i+3 <= len(steps) && i < 60; i += 3 {
-			o := outcome{state: states[int(steps[i])%len(states)], known: steps[i+2]&1 != 0, transitions: int32(i)}
+			o := &scope{lock: lock, state: states[int(steps[i])%len(states)], known: steps[i+2]&1 != 0, transitions: int32(i)}
 			if o.state == leasev1.ReasonAvailable || o.state == leasev1.ReasonFailoverDelayed {
 				o.known = true // these states are the outcome of an election
 			}
@@ -47,7 +47,7 @@ func FuzzLockStatus(f *testing.F) {
 			for _, c := range lock.Status.Conditions {
 				before[c.Type] = c
 			}
-			applyStatus(lock, o)
+			applyStatus(o)
 
 			status := map[string]metav1.ConditionStatus{}
 			for _, c := range lock.Status.Conditions {

@@ -61,7 +61,7 @@ func startOperator(t *testing.T, funcs *interceptor.Funcs) *operator {
 	}
 	return &operator{stop: suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error {
 		return SetupWithOptions(ctx, mgr, opts)
-	})}
+	}, func(o *ctrl.Options) { CacheOptions(&o.Cache) })} // the cache scope of main
 }
 
 // fixture is a namespace with a Ready node and a StatefulSet "db" whose pods the test creates.

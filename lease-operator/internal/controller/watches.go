@@ -2,9 +2,6 @@ package controller
 
 import (
 	"context"
-	"slices"
-	"sync"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,121 +18,22 @@ import (
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
-// authored remembers the resourceVersion of every object the operator wrote last, so that the watch
-// event its own write causes does not trigger another reconcile (quiet at rest: a Lease renewal must
-// not wake the controller up).
-type authored struct {
-	mu  sync.Mutex
-	rvs map[types.UID]string
-}
-
-func newAuthored() *authored { return &authored{rvs: map[types.UID]string{}} }
-
-func (a *authored) record(obj client.Object) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.rvs[obj.GetUID()] = obj.GetResourceVersion()
-}
-
-// own reports whether obj is exactly the state the operator wrote.
-func (a *authored) own(obj client.Object) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	rv, ok := a.rvs[obj.GetUID()]
-	return ok && rv == obj.GetResourceVersion()
-}
-
-func (a *authored) forget(obj client.Object) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.rvs, obj.GetUID())
-}
-
-// observations remember, per pod UID, when the operator first saw the pod unable to serve (not
-// Ready, terminating, gone) and, per node, when it first saw the node NotReady: the start of the
-// failover-delay timer and of the failover-latency measurement. They live in memory: after a restart
-// the delay starts again, which errs on the side of not failing over.
-type observations struct {
-	mu    sync.Mutex
-	since map[string]time.Time
-}
-
-func newObservations() *observations { return &observations{since: map[string]time.Time{}} }
-
-// maxObservations bounds the memory of observations about pods that are long gone.
-const maxObservations = 10000
-
-func (o *observations) mark(key string, now time.Time) time.Time {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if t, ok := o.since[key]; ok {
-		return t
-	}
-	if len(o.since) >= maxObservations {
-		for k, t := range o.since {
-			if now.Sub(t) > 2*time.Hour {
-				delete(o.since, k)
-			}
-		}
-	}
-	o.since[key] = now
-	return now
-}
-
-func (o *observations) clear(key string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.since, key)
-}
-
-func (o *observations) get(key string) (time.Time, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	t, ok := o.since[key]
-	return t, ok
-}
-
-// notReadySince returns when the pod was first seen not Ready, marking it now if it was not yet.
-func (o *observations) notReadySince(uid types.UID, now time.Time) time.Time {
-	return o.mark("pod/"+string(uid), now)
-}
-
-// unusableSince returns when the old holder was first seen unusable, for the latency metric.
-func (o *observations) unusableSince(holder Holder) (time.Time, bool) {
-	if holder.UID != "" {
-		if t, ok := o.get("pod/" + string(holder.UID)); ok {
-			return t, true
-		}
-	}
-	return time.Time{}, false
-}
-
-func podKey(pod *corev1.Pod) string { return "pod/" + string(pod.UID) }
-
-// usable reports whether the pod, as far as the pod alone tells, can serve as the writer.
-func usable(pod *corev1.Pod) bool { return opsutil.PodReady(pod) && pod.DeletionTimestamp.IsZero() }
-
-// lockPredicate lets through the lock's creation, deletion and changes of its spec or annotations
-// (the switchover annotation), but not the operator's own writes (status, finalizer, annotation).
-func (r *Reconciler) lockPredicate() predicate.Predicate {
+// lockChanged lets through the lock's creation, deletion and changes of its spec or annotations (the
+// switchover annotation). The operator's own writes (status, finalizer, annotation) are dropped before
+// it (opsutil.IgnoreOwnWrites).
+func lockChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		if r.authored.own(e.ObjectNew) {
-			return false
-		}
 		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
 			e.ObjectOld.GetAnnotations()[leasev1.SwitchoverAnnotation] != e.ObjectNew.GetAnnotations()[leasev1.SwitchoverAnnotation] ||
 			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
 	}}
 }
 
-// podPredicate lets through what can change the election or the labels: readiness, deletion, node,
-// role label and epoch, but not the operator's own label patches.
-func (r *Reconciler) podPredicate() predicate.TypedPredicate[*corev1.Pod] {
+// podChanged lets through what can change the election or the labels: readiness, deletion, node, role
+// label and epoch. The operator's own label patches are dropped before it (opsutil.IgnoreOwnWrites).
+func podChanged() predicate.TypedPredicate[*corev1.Pod] {
 	return predicate.TypedFuncs[*corev1.Pod]{UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Pod]) bool {
 		o, n := e.ObjectOld, e.ObjectNew
-		if r.authored.own(n) {
-			return false
-		}
 		return opsutil.PodReady(o) != opsutil.PodReady(n) || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
 			o.Spec.NodeName != n.Spec.NodeName ||
 			o.Labels[leasev1.RoleLabel] != n.Labels[leasev1.RoleLabel] ||
@@ -155,23 +53,23 @@ func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconci
 	}
 	gone := func(pod *corev1.Pod) {
 		r.obs.mark(podKey(pod), r.Clock.Now())
-		r.authored.forget(pod)
+		r.writes.Forget(pod)
 	}
 	return opsutil.PodHandler(r.locksOfPod, seen, gone)
 }
 
 func (r *Reconciler) locksOfPod(ctx context.Context, pod *corev1.Pod) []reconcile.Request {
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil || ref.Kind != "StatefulSet" {
+	sts, ok := opsutil.ControllerOfKind(pod, "StatefulSet")
+	if !ok {
 		return nil
 	}
-	return r.locksNaming(ctx, pod.Namespace, indexLockStatefulSet, ref.Name)
+	return r.locksNaming(ctx, pod.Namespace, indexLockStatefulSet, sts.Name)
 }
 
 // locksNaming returns the locks of the namespace whose indexed field has that value.
 func (r *Reconciler) locksNaming(ctx context.Context, namespace, index, value string) []reconcile.Request {
 	var locks leasev1.StatefulSetLockList
-	if err := r.Locks.List(ctx, &locks, client.InNamespace(namespace), client.MatchingFields{index: value}); err != nil {
+	if err := r.Cache.List(ctx, &locks, client.InNamespace(namespace), client.MatchingFields{index: value}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list StatefulSetLocks", "namespace", namespace, index, value)
 		return nil
 	}
@@ -180,15 +78,6 @@ func (r *Reconciler) locksNaming(ctx context.Context, namespace, index, value st
 		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: l.Namespace, Name: l.Name}})
 	}
 	return reqs
-}
-
-// leasePredicate ignores the operator's own Lease writes (renewals, moves); a deletion or someone
-// else's change of the Lease triggers a reconcile.
-func (r *Reconciler) leasePredicate() predicate.TypedPredicate[*coordinationv1.Lease] {
-	return predicate.TypedFuncs[*coordinationv1.Lease]{
-		CreateFunc: func(e event.TypedCreateEvent[*coordinationv1.Lease]) bool { return !r.authored.own(e.Object) },
-		UpdateFunc: func(e event.TypedUpdateEvent[*coordinationv1.Lease]) bool { return !r.authored.own(e.ObjectNew) },
-	}
 }
 
 // leaseHandler maps a Lease to every lock naming it: its owner, and any lock waiting in LeaseConflict.
@@ -231,36 +120,4 @@ func (r *Reconciler) nodeHandler() handler.TypedEventHandler[*corev1.Node, recon
 				r.obs.mark(podKey(pod), r.Clock.Now())
 			}
 		}))
-}
-
-// writtenConditions remembers, per lock, the conditions this process last wrote (or found written).
-// The waiting Event compares the new conditions with these rather than with the lock as read: a
-// reconcile may read the lock from a cache that does not show its own last status write yet, and
-// would otherwise announce the same wait twice. After a restart the lock as read is the reference.
-type writtenConditions struct {
-	mu    sync.Mutex
-	byUID map[types.UID][]metav1.Condition
-}
-
-func newWrittenConditions() *writtenConditions {
-	return &writtenConditions{byUID: map[types.UID][]metav1.Condition{}}
-}
-
-// swap returns the conditions last recorded for the lock (read, when none was) and records the lock's
-// current ones.
-func (w *writtenConditions) swap(lock *leasev1.StatefulSetLock, read []metav1.Condition) []metav1.Condition {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	before, ok := w.byUID[lock.UID]
-	if !ok {
-		before = read
-	}
-	w.byUID[lock.UID] = slices.Clone(lock.Status.Conditions)
-	return before
-}
-
-func (w *writtenConditions) forget(lock *leasev1.StatefulSetLock) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.byUID, lock.UID)
 }

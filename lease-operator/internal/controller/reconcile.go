@@ -1,0 +1,430 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
+)
+
+// scope is what one reconcile of a StatefulSetLock reads and decides; its status is computed from it
+// (applyStatus).
+type scope struct {
+	lock     *leasev1.StatefulSetLock
+	deleting bool
+	// orig is the lock as read: the base of the status patch and, the first time, of the waiting Event.
+	orig     *leasev1.StatefulSetLock
+	now      time.Time
+	duration time.Duration // the Lease's duration
+
+	// Read by the election.
+	lease  *coordinationv1.Lease // the lock's Lease; nil when there is none
+	holder Holder                // the writer as the Lease (or, without one, the status) records it
+	pods   []corev1.Pod
+
+	// Decided.
+	decision   Decision
+	leaseWrite leaseWrite
+	renewAfter time.Duration // when the Lease of the writer is due for renewal
+	result     reconcile.Result
+
+	// The status. state is the reason of the Available condition: ReasonAvailable, ReasonNoReadyPods,
+	// ReasonFailoverDelayed, or one of the error reasons (StatefulSetNotFound, LeaseConflict,
+	// StatefulSetConflict, ReconcileError).
+	state   string
+	message string
+	// known is whether writer and transitions were determined (false on errors before the election).
+	known       bool
+	writer      Holder
+	transitions int32
+	// failoverReason is set when the writer changed in this reconcile.
+	failoverReason string
+	failoverTime   time.Time
+}
+
+func (r *Reconciler) newScope(lock *leasev1.StatefulSetLock) *scope {
+	return &scope{
+		lock: lock, deleting: !lock.DeletionTimestamp.IsZero(), orig: lock.DeepCopy(), now: r.Clock.Now(),
+		duration: time.Duration(lock.Spec.LeaseDurationSeconds) * time.Second,
+	}
+}
+
+// wait ends the reconcile in a state in which the lock waits for something outside it.
+func (s *scope) wait(state, message string, result reconcile.Result) {
+	s.state, s.message, s.result = state, message, result
+}
+
+// Reconcile elects, labels and records the writer of one StatefulSetLock, or cleans up after it.
+func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLock) (_ reconcile.Result, reterr error) {
+	if lock.DeletionTimestamp.IsZero() {
+		if added, err := opsutil.EnsureFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
+			return reconcile.Result{}, err
+		} else if added {
+			r.writes.Wrote(lock)
+		}
+	}
+	s := r.newScope(lock)
+	defer func() { reterr = r.patchStatus(ctx, s, reterr) }()
+	if s.deleting {
+		return reconcile.Result{}, r.reconcileDelete(ctx, s)
+	}
+	if err := r.reconcileNormal(ctx, s); err != nil {
+		return reconcile.Result{}, err
+	}
+	return s.result, nil
+}
+
+// patchStatus writes the status computed from the scope, the one status write of a reconcile, and
+// records the waiting Event once it is written. err is the reconcile's error: a conflict writes
+// nothing (someone, the kubelet or another writer, changed an object since it was read: the next
+// reconcile decides again); any other error is the ReconcileError state.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) error {
+	if s.deleting {
+		return err // a lock being deleted keeps its last status until its finalizer is removed
+	}
+	if apierrors.IsConflict(err) {
+		return err
+	}
+	if err != nil {
+		// What the election found before the error is not reported.
+		s.state, s.message, s.known, s.failoverReason = leasev1.ReasonReconcileError, err.Error(), false, ""
+	}
+	applyStatus(s)
+	written, serr := opsutil.PatchStatus(ctx, r.Client, s.lock, s.orig)
+	if serr != nil {
+		return cmp.Or(err, serr)
+	}
+	if written {
+		r.writes.Wrote(s.lock)
+	}
+	r.waitingEvent(s.lock, r.written.swap(s.lock, s.orig.Status.Conditions))
+	return err
+}
+
+// waitingEvent records an Event when the lock enters a state in which it has no working writer (no
+// StatefulSet, no Ready pod, a failover delayed, a conflict, an error), once per entry: kubectl describe
+// says why it waits. A Warning for the error states.
+// before is the lock's conditions as this process last wrote them (or as read, the first time).
+func (r *Reconciler) waitingEvent(lock *leasev1.StatefulSetLock, before []metav1.Condition) {
+	eventType := corev1.EventTypeNormal
+	if c := meta.FindStatusCondition(lock.Status.Conditions, leasev1.ConditionReady); c != nil && errorStates[c.Reason] {
+		eventType = corev1.EventTypeWarning
+	}
+	opsutil.EventOnTransition(r.Recorder, lock, nil, before, lock.Status.Conditions, opsutil.Transition{
+		Type: leasev1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
+	})
+}
+
+// reconcileNormal runs one election and makes the pods and the Lease agree with it, in the order that
+// keeps one writer at every instant: demote, move the Lease, promote.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
+	if waiting, err := r.checkOwnership(ctx, s); err != nil || waiting {
+		return err
+	}
+	if err := r.elect(ctx, s); err != nil {
+		return err
+	}
+	if err := r.demotePods(ctx, s); err != nil {
+		return err // nothing below runs: nobody is promoted
+	}
+	if err := r.moveLease(ctx, s); err != nil {
+		return err
+	}
+	if err := r.promoteWriter(ctx, s); err != nil {
+		return err
+	}
+	r.recordFailover(ctx, s)
+	if err := r.endSwitchover(ctx, s); err != nil {
+		return err
+	}
+	r.schedule(s)
+	return nil
+}
+
+// checkOwnership reads the lock's StatefulSet and Lease and reports whether the lock must wait: an
+// older lock manages the StatefulSet, the StatefulSet does not exist, or the Lease belongs to someone
+// else.
+func (r *Reconciler) checkOwnership(ctx context.Context, s *scope) (waiting bool, err error) {
+	lock, retry := s.lock, reconcile.Result{RequeueAfter: s.duration}
+	if older, err := r.olderLock(ctx, lock); err != nil {
+		return false, err
+	} else if older != "" {
+		s.wait(leasev1.ReasonStatefulSetConflict,
+			fmt.Sprintf("StatefulSetLock %s already manages StatefulSet %s; this lock leaves its pods alone", older, lock.Spec.StatefulSetName), retry)
+		return true, nil
+	}
+	if err := r.Cache.Get(ctx, types.NamespacedName{Namespace: lock.Namespace, Name: lock.Spec.StatefulSetName}, statefulSetMeta("")); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.wait(leasev1.ReasonStatefulSetNotFound, fmt.Sprintf("StatefulSet %s not found", lock.Spec.StatefulSetName), reconcile.Result{})
+			return true, nil
+		}
+		return false, err
+	}
+	if s.lease, err = r.getLease(ctx, lock); err != nil {
+		return false, err
+	}
+	if s.lease != nil && !ownedBy(s.lease, lock) {
+		// The Warning Event is the waiting state's (waitingEvent).
+		s.wait(leasev1.ReasonLeaseConflict,
+			fmt.Sprintf("Lease %s exists and is not owned by this StatefulSetLock; it is left untouched", s.lease.Name), retry)
+		return true, nil
+	}
+	return false, nil
+}
+
+// elect reads the pods and decides the writer and what the Lease must record.
+func (r *Reconciler) elect(ctx context.Context, s *scope) error {
+	lock := s.lock
+	s.holder, s.leaseWrite.transitions = Holder{Name: lock.Status.WriterPod, UID: types.UID(lock.Status.WriterPodUID)}, lock.Status.LeaseTransitions
+	if s.lease != nil {
+		s.holder, s.leaseWrite.transitions = leaseHolder(s.lease), ptr.Deref(s.lease.Spec.LeaseTransitions, 0)
+	}
+	var err error
+	if s.pods, err = r.listPods(ctx, lock); err != nil {
+		return err
+	}
+	views, err := r.podViews(ctx, lock, s.pods, s.now)
+	if err != nil {
+		return err
+	}
+	s.decision = Decide(ElectionInput{
+		Holder: s.holder, Pods: views, Now: s.now,
+		FailoverDelay: time.Duration(lock.Spec.FailoverDelaySeconds) * time.Second,
+		SwitchoverTo:  lock.Annotations[leasev1.SwitchoverAnnotation],
+	})
+	w := &s.leaseWrite
+	w.holder = s.decision.Writer
+	w.moved = w.holder.Name != s.holder.Name || (s.holder.UID != "" && w.holder.UID != s.holder.UID)
+	if w.moved {
+		w.transitions++
+	}
+	return nil
+}
+
+// demotePods labels every pod but the new writer reader. When the writer moves, the previous one (as
+// the Lease and as the status record it) is demoted whatever the cache shows.
+func (r *Reconciler) demotePods(ctx context.Context, s *scope) error {
+	var force []string
+	if s.leaseWrite.moved {
+		force = []string{s.holder.Name}
+		if s.lock.Status.WriterPod != s.holder.Name {
+			force = append(force, s.lock.Status.WriterPod)
+		}
+	}
+	demoted, err := r.demote(ctx, s.lock.Namespace, s.pods, s.decision.Writer.Name, force)
+	if err != nil {
+		return err
+	}
+	for _, name := range demoted {
+		r.Recorder.Eventf(s.lock, podRef(s.lock.Namespace, name), corev1.EventTypeNormal, leasev1.EventWriterDemoted, "Demote",
+			"Pod %s is no longer the writer (%s)", name, cmp.Or(s.decision.Reason, "label corrected"))
+	}
+	return nil
+}
+
+// moveLease moves (or renews) the Lease under its resourceVersion precondition, when it records
+// another state or the writer's renewal is due.
+func (r *Reconciler) moveLease(ctx context.Context, s *scope) error {
+	due := true
+	s.renewAfter = s.duration / 2
+	if s.lease != nil && s.decision.Writer.Name != "" {
+		due, s.renewAfter = renewal(s.lease, s.duration, s.now)
+	}
+	if leaseCurrent(s.lease, s.lock, s.leaseWrite) && (s.decision.Writer.Name == "" || !due) {
+		return nil
+	}
+	lease, err := r.writeLease(ctx, s.lock, s.lease, s.leaseWrite, s.now)
+	if err != nil {
+		return err
+	}
+	s.lease, s.renewAfter = lease, s.duration/2
+	return nil
+}
+
+// promoteWriter labels the writer with its fencing epoch; without a writer the lock has no Ready pod.
+func (r *Reconciler) promoteWriter(ctx context.Context, s *scope) error {
+	writer, epoch := s.decision.Writer, s.leaseWrite.transitions
+	s.state, s.known, s.writer, s.transitions = leasev1.ReasonAvailable, true, writer, epoch
+	if writer.Name == "" {
+		s.state = leasev1.ReasonNoReadyPods
+		return nil
+	}
+	i := slices.IndexFunc(s.pods, func(p corev1.Pod) bool { return p.Name == writer.Name })
+	promoted, err := r.promote(ctx, &s.pods[i], epochString(epoch))
+	if err != nil {
+		return err
+	}
+	if promoted {
+		r.Recorder.Eventf(s.lock, podRef(s.lock.Namespace, writer.Name), corev1.EventTypeNormal, leasev1.EventWriterElected, "Elect",
+			"Pod %s is the writer with epoch %d (%s)", writer.Name, epoch, cmp.Or(s.decision.Reason, "label restored"))
+	}
+	return nil
+}
+
+// recordFailover counts a change of writer and measures its latency from when the old writer was first
+// seen unusable.
+func (r *Reconciler) recordFailover(ctx context.Context, s *scope) {
+	if !s.leaseWrite.moved {
+		return
+	}
+	s.failoverReason, s.failoverTime = cmp.Or(s.decision.Reason, leasev1.FailoverReasonInitialElection), r.Clock.Now()
+	failovers.WithLabelValues(s.failoverReason).Inc()
+	if since, ok := r.obs.unusableSince(s.holder); ok {
+		failoverLatency.WithLabelValues(s.failoverReason).Observe(r.Clock.Since(since).Seconds())
+		r.obs.clear("pod/" + string(s.holder.UID))
+	}
+	ctrl.LoggerFrom(ctx).Info("Moved the writer", "from", s.holder.Name, "to", s.decision.Writer.Name,
+		"reason", s.failoverReason, "epoch", s.leaseWrite.transitions)
+}
+
+// endSwitchover removes the switchover annotation once the writer is its target.
+func (r *Reconciler) endSwitchover(ctx context.Context, s *scope) error {
+	if target := s.lock.Annotations[leasev1.SwitchoverAnnotation]; target != "" && target == s.decision.Writer.Name {
+		return r.clearSwitchover(ctx, s.lock)
+	}
+	return nil
+}
+
+// schedule sets when the lock is reconciled again: at the writer's renewal, or when a delayed failover
+// is due.
+func (r *Reconciler) schedule(s *scope) {
+	if s.decision.Writer.Name != "" {
+		s.result.RequeueAfter = s.renewAfter
+	}
+	if s.decision.RetryAfter > 0 {
+		s.state = leasev1.ReasonFailoverDelayed
+		s.message = fmt.Sprintf("Writer %s is not Ready; failover in %s unless it recovers",
+			s.decision.Writer.Name, s.decision.RetryAfter.Round(time.Millisecond))
+		s.result.RequeueAfter = min(s.result.RequeueAfter, s.decision.RetryAfter)
+	}
+}
+
+// reconcileDelete removes the role labels and the lock's Lease, then the finalizer. A lock that never
+// managed the pods (conflict with another lock or a foreign Lease) leaves them alone.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
+	lock := s.lock
+	if !controllerutil.ContainsFinalizer(lock, leasev1.Finalizer) {
+		return nil
+	}
+	older, err := r.olderLock(ctx, lock)
+	if err != nil {
+		return err
+	}
+	lease, err := r.getLease(ctx, lock)
+	if err != nil {
+		return err
+	}
+	if older == "" && (lease == nil || ownedBy(lease, lock)) {
+		if err := r.releasePods(ctx, lock, lease); err != nil {
+			return err
+		}
+	}
+	if _, err := opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
+		return err
+	}
+	r.writes.Forget(lock)
+	r.written.forget(lock)
+	return nil
+}
+
+// releasePods removes the role labels from the StatefulSet's pods, then deletes the lock's Lease.
+func (r *Reconciler) releasePods(ctx context.Context, lock *leasev1.StatefulSetLock, lease *coordinationv1.Lease) error {
+	pods, err := r.listPods(ctx, lock)
+	if err != nil {
+		return err
+	}
+	if err := r.removeRoles(ctx, pods); err != nil {
+		return err
+	}
+	if lease == nil {
+		return nil
+	}
+	return r.deleteLease(ctx, lease)
+}
+
+// clearSwitchover removes the switchover annotation once the writer is its target.
+func (r *Reconciler) clearSwitchover(ctx context.Context, lock *leasev1.StatefulSetLock) error {
+	orig := lock.DeepCopy()
+	delete(lock.Annotations, leasev1.SwitchoverAnnotation)
+	if err := r.Client.Patch(ctx, lock, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("removing the %s annotation: %w", leasev1.SwitchoverAnnotation, err)
+	}
+	r.writes.Wrote(lock)
+	return nil
+}
+
+// olderLock returns the name of another StatefulSetLock that names the same StatefulSet and was
+// created first (ties broken by name): only that one manages the pods.
+func (r *Reconciler) olderLock(ctx context.Context, lock *leasev1.StatefulSetLock) (string, error) {
+	var locks leasev1.StatefulSetLockList
+	if err := r.Cache.List(ctx, &locks, client.InNamespace(lock.Namespace), client.MatchingFields{indexLockStatefulSet: lock.Spec.StatefulSetName}); err != nil {
+		return "", fmt.Errorf("listing StatefulSetLocks: %w", err)
+	}
+	for _, other := range locks.Items {
+		if other.UID == lock.UID {
+			continue
+		}
+		if other.CreationTimestamp.Before(&lock.CreationTimestamp) ||
+			(other.CreationTimestamp.Equal(&lock.CreationTimestamp) && other.Name < lock.Name) {
+			return other.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// listPods returns the pods the lock's StatefulSet controls, from the cache.
+func (r *Reconciler) listPods(ctx context.Context, lock *leasev1.StatefulSetLock) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Cache.List(ctx, &pods, client.InNamespace(lock.Namespace), client.MatchingFields{indexPodStatefulSet: lock.Spec.StatefulSetName}); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	return pods.Items, nil
+}
+
+// podViews turns the pods into what the election reads, looking up their nodes' readiness.
+func (r *Reconciler) podViews(ctx context.Context, lock *leasev1.StatefulSetLock, pods []corev1.Pod, now time.Time) ([]PodView, error) {
+	views := make([]PodView, 0, len(pods))
+	nodeReady := map[string]bool{}
+	for i := range pods {
+		pod := &pods[i]
+		ready, known := nodeReady[pod.Spec.NodeName]
+		if !known && pod.Spec.NodeName != "" {
+			node := &corev1.Node{}
+			err := r.Cache.Get(ctx, types.NamespacedName{Name: pod.Spec.NodeName}, node)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("reading node %s: %w", pod.Spec.NodeName, err)
+			}
+			ready = err == nil && opsutil.NodeReady(node)
+			nodeReady[pod.Spec.NodeName] = ready
+		}
+		v := PodView{
+			Name: pod.Name, UID: pod.UID, Ordinal: Ordinal(lock.Spec.StatefulSetName, pod.Name),
+			Ready: opsutil.PodReady(pod), Terminating: !pod.DeletionTimestamp.IsZero(), NodeReady: ready,
+		}
+		if !v.Ready {
+			v.NotReadySince = r.obs.notReadySince(pod.UID, now)
+		}
+		views = append(views, v)
+	}
+	return views, nil
+}
+
+func podRef(namespace, name string) *corev1.ObjectReference {
+	return &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: namespace, Name: name}
+}
