@@ -15,18 +15,15 @@ import (
 	"slices"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -49,9 +46,8 @@ const indexPodNode = "spec.nodeName"
 type Reconciler struct {
 	// Client writes pods, claims, revisions and status.
 	Client client.Client
-	// Clusters reads StatefulClusters (the manager's cache).
-	Clusters client.Reader
-	// Cache reads pods, claims, revisions and nodes from the operator's scoped cache.
+	// Cache reads StatefulClusters, pods, claims, revisions and nodes from the manager's cache, scoped by
+	// CacheOptions.
 	Cache client.Reader
 	// APIReader reads from the API server, to confirm what a lagging cache cannot.
 	APIReader client.Reader
@@ -76,44 +72,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager) error {
 	return SetupWithOptions(ctx, mgr, Options{})
 }
 
-// SetupWithOptions registers the StatefulCluster controller with the manager.
-//
-// Pods, claims, revisions and nodes live in a cache of their own: claims and revisions only when they
-// carry the operator's label, nodes stripped to readiness and taints, everything without managedFields.
-// Pods are cached in every namespace (orphans that match a selector are adopted), other controllers'
-// pods slim (cache.go).
+// SetupWithOptions registers the StatefulCluster controller with the manager, whose cache CacheOptions
+// scoped (cache.go).
 func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
 	opsutil.RegisterMetrics(podsCreated, podsRetired, claimsRetired, createFailures, deleteFailures, replacementLatency)
-	ours, err := labels.NewRequirement(clusterv1alpha1.ClusterNameLabel, selection.Exists, nil)
-	if err != nil {
-		return err
-	}
-	scoped, err := cache.New(mgr.GetConfig(), cache.Options{
-		Scheme: mgr.GetScheme(),
-		Mapper: mgr.GetRESTMapper(),
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:                   podCache(), // other controllers' pods slim (cache.go)
-			&corev1.PersistentVolumeClaim{}: {Label: labels.NewSelector().Add(*ours)},
-			&appsv1.ControllerRevision{}:    {Label: labels.NewSelector().Add(*ours)},
-			&corev1.Node{}:                  {Transform: opsutil.SlimNode},
-		},
-		DefaultTransform: cache.TransformStripManagedFields(),
-	})
-	if err != nil {
-		return fmt.Errorf("creating the cache: %w", err)
-	}
-	if err := mgr.Add(scoped); err != nil {
-		return err
-	}
-	if err := scoped.IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
 	}); err != nil {
 		return err
 	}
 	r := &Reconciler{
 		Client:    opts.Client,
-		Clusters:  mgr.GetClient(),
-		Cache:     scoped,
+		Cache:     mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("cluster-operator"),
 		Clock:     opts.Clock,
@@ -124,9 +94,11 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		// controllers, so a 0→500 scale-up is not throttled at client-go's default 20 QPS.
 		cfg := rest.CopyConfig(mgr.GetConfig())
 		cfg.QPS, cfg.Burst = 50, 100
-		if r.Client, err = client.New(cfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()}); err != nil {
+		writer, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+		if err != nil {
 			return err
 		}
+		r.Client = writer
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -134,9 +106,9 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulcluster").
 		For(&clusterv1alpha1.StatefulCluster{}, builder.WithPredicates(clusterPredicate())).
-		WatchesRawSource(source.Kind(scoped, &corev1.Pod{}, r.podHandler(), podPredicate())).
-		WatchesRawSource(source.Kind(scoped, &corev1.PersistentVolumeClaim{}, claimHandler(), claimPredicate())).
-		WatchesRawSource(source.Kind(scoped, &corev1.Node{}, r.nodeHandler(), nodePredicate())).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, r.podHandler(), podPredicate())).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.PersistentVolumeClaim{}, claimHandler(), claimPredicate())).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Node{}, r.nodeHandler(), nodePredicate())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }

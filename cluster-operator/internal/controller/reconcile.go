@@ -24,7 +24,7 @@ import (
 // removes them; nothing outside the API server has to be cleaned up before the object goes.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (result reconcile.Result, reterr error) {
 	sc := &clusterv1alpha1.StatefulCluster{}
-	if err := r.Clusters.Get(ctx, req.NamespacedName, sc); err != nil {
+	if err := r.Cache.Get(ctx, req.NamespacedName, sc); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	s := r.newScope(r.mem.latest(sc))

@@ -71,7 +71,7 @@ func (r *Reconciler) clustersOfPod(ctx context.Context, pod *corev1.Pod) []recon
 		return nil
 	}
 	var list clusterv1alpha1.StatefulClusterList
-	if err := r.Clusters.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+	if err := r.Cache.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list StatefulClusters", "namespace", pod.Namespace)
 		return nil
 	}
