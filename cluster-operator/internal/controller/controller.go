@@ -56,7 +56,8 @@ type Reconciler struct {
 	// Clock is the operator's clock (a fake one in tests).
 	Clock clock.PassiveClock
 
-	mem *memory
+	mem    *memory
+	writes *ownWrites
 }
 
 // Options adjust Setup for tests.
@@ -88,6 +89,7 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Recorder:  mgr.GetEventRecorder("cluster-operator"),
 		Clock:     opts.Clock,
 		mem:       newMemory(),
+		writes:    newOwnWrites(),
 	}
 	if r.Client == nil {
 		// Writes get a client of their own with the rate limits of kube-controller-manager's workload
@@ -105,7 +107,7 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulcluster").
-		For(&clusterv1alpha1.StatefulCluster{}, builder.WithPredicates(clusterPredicate())).
+		For(&clusterv1alpha1.StatefulCluster{}, builder.WithPredicates(r.clusterPredicate())).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, r.podHandler(), podPredicate())).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.PersistentVolumeClaim{}, claimHandler(), claimPredicate())).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Node{}, r.nodeHandler(), nodePredicate())).

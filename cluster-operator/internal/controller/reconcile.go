@@ -27,7 +27,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 	if err := r.Cache.Get(ctx, req.NamespacedName, sc); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	s := r.newScope(r.mem.latest(sc))
+	if behind, err := r.behind(ctx, sc); behind || err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err) // the event of the operator's own write follows
+	}
+	s := r.newScope(sc)
 	defer func() { result, reterr = r.writeStatus(ctx, s, result, reterr) }()
 	if !s.sc.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(s)
@@ -75,6 +78,7 @@ func (r *Reconciler) newScope(sc *clusterv1alpha1.StatefulCluster) *scope {
 // it: the garbage collector removes them, and nothing is created any more. Its status stays as it was.
 func (r *Reconciler) reconcileDelete(s *scope) (reconcile.Result, error) {
 	r.mem.forget(s.key)
+	r.writes.forget(s.sc)
 	s.skipStatus = true
 	return reconcile.Result{}, nil
 }

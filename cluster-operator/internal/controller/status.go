@@ -248,13 +248,13 @@ func failureReason(msgs []string) string {
 }
 
 // patchStatus writes the status if it changed, under a resourceVersion precondition (the high-water
-// mark must never be written from a stale copy), and keeps the written copy as the new baseline.
+// mark must never be written from a stale copy), records the write (ownwrites.go) and keeps the written
+// copy as the new baseline.
 func (s *scope) patchStatus(ctx context.Context, force bool) error {
-	replaced := s.sc.ResourceVersion
 	if wrote, err := opsutil.PatchStatus(ctx, s.r.Client, s.sc, s.orig, opsutil.WithOptimisticLock(), opsutil.Force(force)); !wrote {
 		return err
 	}
-	s.r.mem.wrote(s.key, replaced, s.sc)
+	s.r.writes.tracker.Wrote(s.sc)
 	s.orig = s.sc.DeepCopy()
 	return nil
 }
