@@ -26,9 +26,9 @@ import (
 // maxRetiredClaims caps status.retiredClaims (the CRD's maxItems).
 const maxRetiredClaims = 1000
 
-func (s *scope) loadClaims(ctx context.Context) error {
+func (r *Reconciler) loadClaims(ctx context.Context, s *scope) error {
 	var list corev1.PersistentVolumeClaimList
-	if err := s.r.Cache.List(ctx, &list, client.InNamespace(s.sc.Namespace),
+	if err := r.Cache.List(ctx, &list, client.InNamespace(s.sc.Namespace),
 		client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: s.sc.Name}); err != nil {
 		return fmt.Errorf("listing claims: %w", err)
 	}
@@ -91,7 +91,7 @@ func claimOwnerRef(sc *clusterv1alpha1.StatefulCluster) metav1.OwnerReference {
 // ensureClaims creates the missing claims of live pods that are not scheduled yet: a claim creation
 // that failed after its pod was created is retried. A scheduled pod's missing claim is not recreated
 // (it was deleted by someone: an empty claim under the same identity would be a reuse in disguise).
-func (s *scope) ensureClaims(ctx context.Context) {
+func (r *Reconciler) ensureClaims(ctx context.Context, s *scope) {
 	if len(s.sc.Spec.VolumeClaimTemplates) == 0 {
 		return
 	}
@@ -115,7 +115,7 @@ func (s *scope) ensureClaims(ctx context.Context) {
 }
 
 // retireClaims applies the retention policy to the claims of identities whose pod is gone.
-func (s *scope) retireClaims(ctx context.Context) {
+func (r *Reconciler) retireClaims(ctx context.Context, s *scope) {
 	present := map[string]bool{}
 	for _, m := range s.pods {
 		present[m.name] = true
@@ -128,7 +128,7 @@ func (s *scope) retireClaims(ctx context.Context) {
 			continue
 		}
 		// The cache may lag: confirm with the API server that the identity's pod is gone.
-		err := s.r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.sc.Namespace, Name: identity}, &corev1.Pod{})
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.sc.Namespace, Name: identity}, &corev1.Pod{})
 		if err == nil {
 			continue
 		}
@@ -149,7 +149,7 @@ func (s *scope) retireClaims(ctx context.Context) {
 			keep = clusterv1alpha1.DeleteClaimRetentionPolicy
 		}
 		if keep == clusterv1alpha1.DeleteClaimRetentionPolicy {
-			if err := s.r.Client.Delete(ctx, claim, client.Preconditions{UID: &claim.UID}); client.IgnoreNotFound(err) != nil {
+			if err := r.Client.Delete(ctx, claim, client.Preconditions{UID: &claim.UID}); client.IgnoreNotFound(err) != nil {
 				s.fail("deleting claim %s: %v", claim.Name, err)
 				continue
 			}
@@ -158,7 +158,7 @@ func (s *scope) retireClaims(ctx context.Context) {
 			if neverBound {
 				note = " (never bound: it held no data)"
 			}
-			s.r.Recorder.Eventf(s.sc, claim, corev1.EventTypeNormal, "ClaimDeleted", "Delete",
+			r.Recorder.Eventf(s.sc, claim, corev1.EventTypeNormal, "ClaimDeleted", "Delete",
 				"Deleted claim %s of retired identity %s%s", claim.Name, identity, note)
 			continue
 		}
@@ -168,12 +168,12 @@ func (s *scope) retireClaims(ctx context.Context) {
 			claim.Annotations = map[string]string{}
 		}
 		claim.Annotations[clusterv1alpha1.RetiredAtAnnotation] = s.now.UTC().Format(time.RFC3339)
-		if err := s.r.Client.Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
+		if err := r.Client.Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
 			s.fail("labelling claim %s retired: %v", claim.Name, err)
 			continue
 		}
 		claimsRetired.WithLabelValues(s.sc.Namespace, s.sc.Name, "Retain").Inc()
-		s.r.Recorder.Eventf(s.sc, claim, corev1.EventTypeNormal, "ClaimRetained", "Retain",
+		r.Recorder.Eventf(s.sc, claim, corev1.EventTypeNormal, "ClaimRetained", "Retain",
 			"Kept claim %s of retired identity %s (label %s=true)", claim.Name, identity, clusterv1alpha1.RetiredLabel)
 	}
 }
@@ -190,7 +190,7 @@ func (s *scope) reasonOf(identity string) (clusterv1alpha1.RetirementReason, boo
 
 // ownClaims makes the StatefulCluster an owner of its claims exactly when whenDeleted is Delete, also
 // after the policy changed.
-func (s *scope) ownClaims(ctx context.Context) {
+func (r *Reconciler) ownClaims(ctx context.Context, s *scope) {
 	want := s.retentionPolicy().WhenDeleted == clusterv1alpha1.DeleteClaimRetentionPolicy
 	for i := range s.claims {
 		claim := &s.claims[i]
@@ -207,7 +207,7 @@ func (s *scope) ownClaims(ctx context.Context) {
 		} else {
 			claim.OwnerReferences = slices.Delete(claim.OwnerReferences, idx, idx+1)
 		}
-		if err := s.r.Client.Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := r.Client.Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 			s.fail("setting the owner of claim %s: %v", claim.Name, err)
 		}
 	}

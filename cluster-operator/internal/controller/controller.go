@@ -131,7 +131,7 @@ type member struct {
 }
 
 // loadPods reads the pods of the StatefulCluster and the nodes they run on.
-func (s *scope) loadPods(ctx context.Context) error {
+func (r *Reconciler) loadPods(ctx context.Context, s *scope) error {
 	if err := s.loadMembers(ctx); err != nil {
 		return err
 	}
@@ -227,7 +227,7 @@ func podCreated(m *member) time.Time {
 }
 
 // judgePods decides, per pod, whether it counts toward replicas and whether it must be retired.
-func (s *scope) judgePods(ctx context.Context) {
+func (r *Reconciler) judgePods(ctx context.Context, s *scope) {
 	claims := map[string]*corev1.PersistentVolumeClaim{}
 	for i := range s.claims {
 		claims[s.claims[i].Name] = &s.claims[i]
@@ -249,9 +249,9 @@ func (s *scope) judgePods(ctx context.Context) {
 		}
 		ready := opsutil.PodReady(pod)
 		if ready {
-			s.r.mem.markReady(pod.UID)
+			r.mem.markReady(pod.UID)
 		}
-		m.verdict = judge(s.sc, pod, node, s.r.mem.wasReady(pod.UID) || everReady(pod), s.now,
+		m.verdict = judge(s.sc, pod, node, r.mem.wasReady(pod.UID) || everReady(pod), s.now,
 			func() *stuck { return s.whyStuck(ctx, pod, claims) })
 		s.later(m.verdict.recheck)
 		// A finished pod's containers have stopped: it no longer counts, even while it cannot be deleted.
@@ -281,7 +281,7 @@ func (s *scope) countTerminating(pod *corev1.Pod, node *corev1.Node) bool {
 
 // retire deletes the pods the rules condemned, each on its own: a failed delete is recorded and the
 // others proceed.
-func (s *scope) retire(ctx context.Context) {
+func (r *Reconciler) retire(ctx context.Context, s *scope) {
 	for _, m := range s.pods {
 		if m.verdict.reason == "" {
 			continue
@@ -292,7 +292,7 @@ func (s *scope) retire(ctx context.Context) {
 		}
 		s.retiring++
 		m.retiredNow = true
-		s.r.mem.pushLost(s.key, m.verdict.since)
+		r.mem.pushLost(s.key, m.verdict.since)
 	}
 }
 

@@ -46,7 +46,7 @@ func (e *hookError) Error() string { return e.msg }
 
 // runRetireHooks calls the retire hook for every ledger entry that is due. It reports whether pod
 // creation may proceed.
-func (s *scope) runRetireHooks(ctx context.Context) bool {
+func (r *Reconciler) runRetireHooks(ctx context.Context, s *scope) bool {
 	hooks := s.sc.Spec.MembershipHooks
 	if hooks == nil || hooks.Retire == nil {
 		return true

@@ -89,17 +89,17 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 	if err := r.load(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
-	s.judgePods(ctx)
-	s.recordGone()
-	s.retire(ctx)
-	s.rollingUpdate(ctx)
-	s.holdCreates = !s.runRetireHooks(ctx)
-	if err := s.scale(ctx); err != nil {
+	r.judgePods(ctx, s)
+	r.recordGone(s)
+	r.retire(ctx, s)
+	r.rollingUpdate(ctx, s)
+	s.holdCreates = !r.runRetireHooks(ctx, s)
+	if err := r.scale(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
-	s.ensureClaims(ctx)
-	s.retireClaims(ctx)
-	s.ownClaims(ctx)
+	r.ensureClaims(ctx, s)
+	r.retireClaims(ctx, s)
+	r.ownClaims(ctx, s)
 	r.pruneRevisions(ctx, s)
 	return s.result(), nil
 }
@@ -111,10 +111,10 @@ func (r *Reconciler) load(ctx context.Context, s *scope) error {
 	if s.revs, err = r.syncRevisions(ctx, s.sc); err != nil {
 		return err
 	}
-	if err := s.loadPods(ctx); err != nil {
+	if err := r.loadPods(ctx, s); err != nil {
 		return err
 	}
-	return s.loadClaims(ctx)
+	return r.loadClaims(ctx, s)
 }
 
 // pruneRevisions deletes the revisions beyond the history limit that no pod uses any more.

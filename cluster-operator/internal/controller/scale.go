@@ -20,7 +20,7 @@ import (
 // then the newest identities.
 
 // scale creates or retires pods so that replicas (plus the update's surge) are live.
-func (s *scope) scale(ctx context.Context) error {
+func (r *Reconciler) scale(ctx context.Context, s *scope) error {
 	live := s.liveMembers()
 	target := int(ptr.Deref(s.sc.Spec.Replicas, 0)) + s.surge()
 	switch {

@@ -40,12 +40,12 @@ func (s *scope) record(name string, pod *corev1.Pod, reason clusterv1alpha1.Reti
 
 // recordGone writes ledger entries for identities retired by someone else: pods being deleted or
 // already gone that the operator did not delete (a user, an eviction, OnDelete updates).
-func (s *scope) recordGone() {
+func (r *Reconciler) recordGone(s *scope) {
 	for _, m := range s.pods {
 		if m.pod == nil || !m.terminating {
 			continue
 		}
-		if d, ours := s.r.mem.deletedByUs(m.pod.UID); ours {
+		if d, ours := r.mem.deletedByUs(m.pod.UID); ours {
 			s.record(m.name, m.pod, d.reason, d.message)
 			continue
 		}
@@ -57,7 +57,7 @@ func (s *scope) recordGone() {
 		}
 		s.record(m.name, m.pod, reason, message)
 	}
-	for _, g := range s.r.mem.takeGone(s.key) {
+	for _, g := range r.mem.takeGone(s.key) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: g.name, UID: g.uid, CreationTimestamp: metav1.NewTime(g.created)},
 			Spec: corev1.PodSpec{NodeName: g.node}}
 		reason, message := clusterv1alpha1.RetiredDeleted, "pod deleted by someone else"

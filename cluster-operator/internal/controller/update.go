@@ -70,7 +70,7 @@ func (s *scope) countUpdated() int {
 }
 
 // rollingUpdate retires pods of old revisions within the bounds.
-func (s *scope) rollingUpdate(ctx context.Context) {
+func (r *Reconciler) rollingUpdate(ctx context.Context, s *scope) {
 	if s.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType {
 		return
 	}
