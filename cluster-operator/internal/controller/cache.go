@@ -5,7 +5,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -30,11 +29,11 @@ import (
 // CacheOptions scopes the manager's cache as above. main passes it to shared/manager (Options.Cache),
 // and the envtests build their manager with it, so that they read through the same cache.
 func CacheOptions(o *cache.Options) {
-	ours, err := labels.NewRequirement(clusterv1alpha1.ClusterNameLabel, selection.Exists, nil)
+	ours, err := labels.Parse(clusterv1alpha1.ClusterNameLabel) // the label exists, whatever its value
 	if err != nil {
-		panic(err) // a constant, valid requirement
+		panic(err) // a constant, valid selector
 	}
-	labelled := cache.ByObject{Label: labels.NewSelector().Add(*ours)}
+	labelled := cache.ByObject{Label: ours}
 	if o.ByObject == nil {
 		o.ByObject = map[client.Object]cache.ByObject{}
 	}
