@@ -21,6 +21,7 @@ func main() {
 		Short:            "Runs StatefulCluster: stateful pods whose identities are never reused.",
 		LeaderElectionID: "cluster-operator.enge.me",
 		Schemes:          []func(*runtime.Scheme) error{clusterv1alpha1.AddToScheme},
+		Cache:            controller.CacheOptions,
 		Setup:            controller.Setup,
 	})
 }

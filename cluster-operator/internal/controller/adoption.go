@@ -17,24 +17,24 @@ import (
 // keeps its name as its identity (nothing is recreated, as a migrating user expects). A pod owned by
 // another controller is never touched.
 
-func (w *work) adopt(ctx context.Context, pod *corev1.Pod) error {
+func (s *scope) adopt(ctx context.Context, pod *corev1.Pod) error {
 	orig := pod.DeepCopy()
-	pod.OwnerReferences = append(pod.OwnerReferences, *controllerRef(w.sc))
+	pod.OwnerReferences = append(pod.OwnerReferences, *controllerRef(s.sc))
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
-	pod.Labels[clusterv1alpha1.ClusterNameLabel] = w.sc.Name
+	pod.Labels[clusterv1alpha1.ClusterNameLabel] = s.sc.Name
 	if pod.Labels[clusterv1alpha1.IdentityLabel] == "" {
 		pod.Labels[clusterv1alpha1.IdentityLabel] = pod.Name
 	}
 	if pod.Labels[clusterv1alpha1.RevisionLabel] == "" {
 		// Its template is unknown: it counts as the current revision, so adopting does not start an update.
-		pod.Labels[clusterv1alpha1.RevisionLabel] = w.revs.current.Name
+		pod.Labels[clusterv1alpha1.RevisionLabel] = s.revs.current.Name
 	}
-	if err := w.r.Client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := s.r.Client.Patch(ctx, pod, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("Adopted pod", "pod", pod.Name)
-	w.r.Recorder.Eventf(w.sc, pod, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted orphan pod %s", pod.Name)
+	s.r.Recorder.Eventf(s.sc, pod, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted orphan pod %s", pod.Name)
 	return nil
 }

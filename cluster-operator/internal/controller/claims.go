@@ -26,18 +26,18 @@ import (
 // maxRetiredClaims caps status.retiredClaims (the CRD's maxItems).
 const maxRetiredClaims = 1000
 
-func (w *work) loadClaims(ctx context.Context) error {
+func (r *Reconciler) loadClaims(ctx context.Context, s *scope) error {
 	var list corev1.PersistentVolumeClaimList
-	if err := w.r.Cache.List(ctx, &list, client.InNamespace(w.sc.Namespace),
-		client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: w.sc.Name}); err != nil {
+	if err := r.Cache.List(ctx, &list, client.InNamespace(s.sc.Namespace),
+		client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: s.sc.Name}); err != nil {
 		return fmt.Errorf("listing claims: %w", err)
 	}
-	w.claims = list.Items
+	s.claims = list.Items
 	return nil
 }
 
-func (w *work) retentionPolicy() clusterv1alpha1.PersistentVolumeClaimRetentionPolicy {
-	p := ptr.Deref(w.sc.Spec.PersistentVolumeClaimRetentionPolicy, clusterv1alpha1.PersistentVolumeClaimRetentionPolicy{})
+func (s *scope) retentionPolicy() clusterv1alpha1.PersistentVolumeClaimRetentionPolicy {
+	p := ptr.Deref(s.sc.Spec.PersistentVolumeClaimRetentionPolicy, clusterv1alpha1.PersistentVolumeClaimRetentionPolicy{})
 	if p.WhenDeleted == "" {
 		p.WhenDeleted = clusterv1alpha1.RetainClaimRetentionPolicy
 	}
@@ -51,31 +51,31 @@ func (w *work) retentionPolicy() clusterv1alpha1.PersistentVolumeClaimRetentionP
 }
 
 // createClaim creates one claim of an identity; one that exists already is fine.
-func (w *work) createClaim(ctx context.Context, identity string, ct clusterv1alpha1.PersistentVolumeClaimTemplate) error {
+func (s *scope) createClaim(ctx context.Context, identity string, ct clusterv1alpha1.PersistentVolumeClaimTemplate) error {
 	labels := map[string]string{}
 	for k, v := range ct.Metadata.Labels {
 		labels[k] = v
 	}
-	if w.sc.Spec.Selector != nil {
-		for k, v := range w.sc.Spec.Selector.MatchLabels {
+	if s.sc.Spec.Selector != nil {
+		for k, v := range s.sc.Spec.Selector.MatchLabels {
 			labels[k] = v
 		}
 	}
-	labels[clusterv1alpha1.ClusterNameLabel] = w.sc.Name
+	labels[clusterv1alpha1.ClusterNameLabel] = s.sc.Name
 	labels[clusterv1alpha1.IdentityLabel] = identity
 	claim := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: claimName(w.sc, ct.Metadata.Name, identity), Namespace: w.sc.Namespace,
+			Name: claimName(s.sc, ct.Metadata.Name, identity), Namespace: s.sc.Namespace,
 			Labels: labels, Annotations: ct.Metadata.Annotations,
 		},
 		Spec: *ct.Spec.DeepCopy(),
 	}
-	if w.retentionPolicy().WhenDeleted == clusterv1alpha1.DeleteClaimRetentionPolicy {
-		claim.OwnerReferences = []metav1.OwnerReference{claimOwnerRef(w.sc)}
+	if s.retentionPolicy().WhenDeleted == clusterv1alpha1.DeleteClaimRetentionPolicy {
+		claim.OwnerReferences = []metav1.OwnerReference{claimOwnerRef(s.sc)}
 	}
-	if err := w.r.Client.Create(ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
-		createFailures.WithLabelValues(w.sc.Namespace, w.sc.Name).Inc()
-		w.r.Recorder.Eventf(w.sc, nil, corev1.EventTypeWarning, clusterv1alpha1.ReasonCreateFailed, "Create",
+	if err := s.r.Client.Create(ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
+		createFailures.WithLabelValues(s.sc.Namespace, s.sc.Name).Inc()
+		s.r.Recorder.Eventf(s.sc, nil, corev1.EventTypeWarning, clusterv1alpha1.ReasonCreateFailed, "Create",
 			"Failed to create claim %s: %v", claim.Name, err)
 		return fmt.Errorf("creating claim %s: %w", claim.Name, err)
 	}
@@ -91,53 +91,53 @@ func claimOwnerRef(sc *clusterv1alpha1.StatefulCluster) metav1.OwnerReference {
 // ensureClaims creates the missing claims of live pods that are not scheduled yet: a claim creation
 // that failed after its pod was created is retried. A scheduled pod's missing claim is not recreated
 // (it was deleted by someone: an empty claim under the same identity would be a reuse in disguise).
-func (w *work) ensureClaims(ctx context.Context) {
-	if len(w.sc.Spec.VolumeClaimTemplates) == 0 {
+func (r *Reconciler) ensureClaims(ctx context.Context, s *scope) {
+	if len(s.sc.Spec.VolumeClaimTemplates) == 0 {
 		return
 	}
 	have := map[string]bool{}
-	for _, c := range w.claims {
+	for _, c := range s.claims {
 		have[c.Name] = true
 	}
-	for _, m := range w.pods {
+	for _, m := range s.pods {
 		if m.pod == nil || m.terminating || m.pod.Spec.NodeName != "" {
 			continue
 		}
-		for _, ct := range w.sc.Spec.VolumeClaimTemplates {
-			if have[claimName(w.sc, ct.Metadata.Name, m.name)] {
+		for _, ct := range s.sc.Spec.VolumeClaimTemplates {
+			if have[claimName(s.sc, ct.Metadata.Name, m.name)] {
 				continue
 			}
-			if err := w.createClaim(ctx, m.name, ct); err != nil {
-				w.fail("%v", err)
+			if err := s.createClaim(ctx, m.name, ct); err != nil {
+				s.fail("%v", err)
 			}
 		}
 	}
 }
 
 // retireClaims applies the retention policy to the claims of identities whose pod is gone.
-func (w *work) retireClaims(ctx context.Context) {
+func (r *Reconciler) retireClaims(ctx context.Context, s *scope) {
 	present := map[string]bool{}
-	for _, m := range w.pods {
+	for _, m := range s.pods {
 		present[m.name] = true
 	}
-	policy := w.retentionPolicy()
-	for i := range w.claims {
-		claim := &w.claims[i]
+	policy := s.retentionPolicy()
+	for i := range s.claims {
+		claim := &s.claims[i]
 		identity := claim.Labels[clusterv1alpha1.IdentityLabel]
 		if identity == "" || present[identity] || claim.Labels[clusterv1alpha1.RetiredLabel] == "true" || !claim.DeletionTimestamp.IsZero() {
 			continue
 		}
 		// The cache may lag: confirm with the API server that the identity's pod is gone.
-		err := w.r.APIReader.Get(ctx, client.ObjectKey{Namespace: w.sc.Namespace, Name: identity}, &corev1.Pod{})
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.sc.Namespace, Name: identity}, &corev1.Pod{})
 		if err == nil {
 			continue
 		}
 		if !apierrors.IsNotFound(err) {
-			w.fail("reading pod %s: %v", identity, err)
+			s.fail("reading pod %s: %v", identity, err)
 			continue
 		}
 		keep := policy.WhenReplaced
-		switch reason, known := w.reasonOf(identity); {
+		switch reason, known := s.reasonOf(identity); {
 		case known && reason == clusterv1alpha1.RetiredScaledDown:
 			keep = policy.WhenScaled
 		case !known && policy.WhenScaled == clusterv1alpha1.RetainClaimRetentionPolicy:
@@ -149,16 +149,16 @@ func (w *work) retireClaims(ctx context.Context) {
 			keep = clusterv1alpha1.DeleteClaimRetentionPolicy
 		}
 		if keep == clusterv1alpha1.DeleteClaimRetentionPolicy {
-			if err := w.r.Client.Delete(ctx, claim, client.Preconditions{UID: &claim.UID}); client.IgnoreNotFound(err) != nil {
-				w.fail("deleting claim %s: %v", claim.Name, err)
+			if err := r.Client.Delete(ctx, claim, client.Preconditions{UID: &claim.UID}); client.IgnoreNotFound(err) != nil {
+				s.fail("deleting claim %s: %v", claim.Name, err)
 				continue
 			}
-			claimsRetired.WithLabelValues(w.sc.Namespace, w.sc.Name, "Delete").Inc()
+			claimsRetired.WithLabelValues(s.sc.Namespace, s.sc.Name, "Delete").Inc()
 			note := ""
 			if neverBound {
 				note = " (never bound: it held no data)"
 			}
-			w.r.Recorder.Eventf(w.sc, claim, corev1.EventTypeNormal, "ClaimDeleted", "Delete",
+			r.Recorder.Eventf(s.sc, claim, corev1.EventTypeNormal, "ClaimDeleted", "Delete",
 				"Deleted claim %s of retired identity %s%s", claim.Name, identity, note)
 			continue
 		}
@@ -167,20 +167,20 @@ func (w *work) retireClaims(ctx context.Context) {
 		if claim.Annotations == nil {
 			claim.Annotations = map[string]string{}
 		}
-		claim.Annotations[clusterv1alpha1.RetiredAtAnnotation] = w.now.UTC().Format(time.RFC3339)
-		if err := w.r.Client.Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
-			w.fail("labelling claim %s retired: %v", claim.Name, err)
+		claim.Annotations[clusterv1alpha1.RetiredAtAnnotation] = s.now.UTC().Format(time.RFC3339)
+		if err := r.Client.Patch(ctx, claim, client.MergeFrom(orig)); err != nil {
+			s.fail("labelling claim %s retired: %v", claim.Name, err)
 			continue
 		}
-		claimsRetired.WithLabelValues(w.sc.Namespace, w.sc.Name, "Retain").Inc()
-		w.r.Recorder.Eventf(w.sc, claim, corev1.EventTypeNormal, "ClaimRetained", "Retain",
+		claimsRetired.WithLabelValues(s.sc.Namespace, s.sc.Name, "Retain").Inc()
+		r.Recorder.Eventf(s.sc, claim, corev1.EventTypeNormal, "ClaimRetained", "Retain",
 			"Kept claim %s of retired identity %s (label %s=true)", claim.Name, identity, clusterv1alpha1.RetiredLabel)
 	}
 }
 
 // reasonOf looks an identity up in the ledger.
-func (w *work) reasonOf(identity string) (clusterv1alpha1.RetirementReason, bool) {
-	for _, rec := range w.sc.Status.Identities {
+func (s *scope) reasonOf(identity string) (clusterv1alpha1.RetirementReason, bool) {
+	for _, rec := range s.sc.Status.Identities {
 		if rec.Name == identity {
 			return rec.Reason, true
 		}
@@ -190,33 +190,33 @@ func (w *work) reasonOf(identity string) (clusterv1alpha1.RetirementReason, bool
 
 // ownClaims makes the StatefulCluster an owner of its claims exactly when whenDeleted is Delete, also
 // after the policy changed.
-func (w *work) ownClaims(ctx context.Context) {
-	want := w.retentionPolicy().WhenDeleted == clusterv1alpha1.DeleteClaimRetentionPolicy
-	for i := range w.claims {
-		claim := &w.claims[i]
+func (r *Reconciler) ownClaims(ctx context.Context, s *scope) {
+	want := s.retentionPolicy().WhenDeleted == clusterv1alpha1.DeleteClaimRetentionPolicy
+	for i := range s.claims {
+		claim := &s.claims[i]
 		if !claim.DeletionTimestamp.IsZero() {
 			continue
 		}
-		idx := slices.IndexFunc(claim.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == w.sc.UID })
+		idx := slices.IndexFunc(claim.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == s.sc.UID })
 		if (idx >= 0) == want {
 			continue
 		}
 		orig := claim.DeepCopy()
 		if want {
-			claim.OwnerReferences = append(claim.OwnerReferences, claimOwnerRef(w.sc))
+			claim.OwnerReferences = append(claim.OwnerReferences, claimOwnerRef(s.sc))
 		} else {
 			claim.OwnerReferences = slices.Delete(claim.OwnerReferences, idx, idx+1)
 		}
-		if err := w.r.Client.Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			w.fail("setting the owner of claim %s: %v", claim.Name, err)
+		if err := r.Client.Patch(ctx, claim, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			s.fail("setting the owner of claim %s: %v", claim.Name, err)
 		}
 	}
 }
 
 // retiredClaims lists the retained claims, newest first, for status.
-func (w *work) retiredClaims() []clusterv1alpha1.RetiredClaim {
+func (s *scope) retiredClaims() []clusterv1alpha1.RetiredClaim {
 	var out []clusterv1alpha1.RetiredClaim
-	for _, c := range w.claims {
+	for _, c := range s.claims {
 		if c.Labels[clusterv1alpha1.RetiredLabel] != "true" || !c.DeletionTimestamp.IsZero() {
 			continue
 		}

@@ -46,71 +46,71 @@ func (e *hookError) Error() string { return e.msg }
 
 // runRetireHooks calls the retire hook for every ledger entry that is due. It reports whether pod
 // creation may proceed.
-func (w *work) runRetireHooks(ctx context.Context) bool {
-	hooks := w.sc.Spec.MembershipHooks
+func (r *Reconciler) runRetireHooks(ctx context.Context, s *scope) bool {
+	hooks := s.sc.Spec.MembershipHooks
 	if hooks == nil || hooks.Retire == nil {
 		return true
 	}
 	ok := true
-	for i := range w.sc.Status.Identities {
-		rec := &w.sc.Status.Identities[i]
+	for i := range s.sc.Status.Identities {
+		rec := &s.sc.Status.Identities[i]
 		if rec.RetireHookAt != nil {
 			continue
 		}
-		if err := w.callHook(ctx, hooks.Retire, hookBody{Event: "Retire", Identity: rec.Name, UID: rec.UID}); err != nil {
-			if !w.hookFailed(hooks.Retire, "Retire", rec.Name, err) {
+		if err := s.callHook(ctx, hooks.Retire, hookBody{Event: "Retire", Identity: rec.Name, UID: rec.UID}); err != nil {
+			if !s.hookFailed(hooks.Retire, "Retire", rec.Name, err) {
 				ok = false
 				continue
 			}
 		}
-		now := metav1.NewTime(w.now)
+		now := metav1.NewTime(s.now)
 		rec.RetireHookAt = &now
 	}
 	return ok
 }
 
 // runJoinHook calls the join hook for a new identity; it reports whether its pod may be created.
-func (w *work) runJoinHook(ctx context.Context, identity string) bool {
-	hooks := w.sc.Spec.MembershipHooks
+func (s *scope) runJoinHook(ctx context.Context, identity string) bool {
+	hooks := s.sc.Spec.MembershipHooks
 	if hooks == nil || hooks.Join == nil {
 		return true
 	}
-	if err := w.callHook(ctx, hooks.Join, hookBody{Event: "Join", Identity: identity}); err != nil {
-		return w.hookFailed(hooks.Join, "Join", identity, err)
+	if err := s.callHook(ctx, hooks.Join, hookBody{Event: "Join", Identity: identity}); err != nil {
+		return s.hookFailed(hooks.Join, "Join", identity, err)
 	}
 	return true
 }
 
 // hookFailed records a failed call; it reports whether the guarded step may proceed (Ignore).
-func (w *work) hookFailed(hook *clusterv1alpha1.MembershipHook, event, identity string, err error) bool {
-	w.r.Recorder.Eventf(w.sc, nil, corev1.EventTypeWarning, clusterv1alpha1.ReasonHookFailed, event,
+func (s *scope) hookFailed(hook *clusterv1alpha1.MembershipHook, event, identity string, err error) bool {
+	s.r.Recorder.Eventf(s.sc, nil, corev1.EventTypeWarning, clusterv1alpha1.ReasonHookFailed, event,
 		"%s hook for %s failed: %v", event, identity, err)
 	if hook.FailurePolicy == clusterv1alpha1.IgnoreHookPolicy {
 		return true
 	}
-	w.hookMu.Lock()
-	defer w.hookMu.Unlock()
-	w.hookFailure = fmt.Sprintf("%s hook for %s failed: %v", event, identity, err)
+	s.hookMu.Lock()
+	defer s.hookMu.Unlock()
+	s.hookFailure = fmt.Sprintf("%s hook for %s failed: %v", event, identity, err)
 	return false
 }
 
 // applyHookCondition sets MembershipHookFailed from this reconcile's calls.
-func (w *work) applyHookCondition() {
-	if w.sc.Spec.MembershipHooks == nil {
-		meta.RemoveStatusCondition(&w.sc.Status.Conditions, clusterv1alpha1.ConditionMembershipHookFailed)
+func (s *scope) applyHookCondition() {
+	if s.sc.Spec.MembershipHooks == nil {
+		meta.RemoveStatusCondition(&s.sc.Status.Conditions, clusterv1alpha1.ConditionMembershipHookFailed)
 		return
 	}
 	cond := metav1.Condition{Type: clusterv1alpha1.ConditionMembershipHookFailed, Status: metav1.ConditionFalse,
-		Reason: clusterv1alpha1.ReasonHookSucceeded, Message: "no membership hook is failing", ObservedGeneration: w.sc.Generation}
-	if w.hookFailure != "" {
-		w.later(w.now.Add(hookRetry)) // nothing else may change meanwhile: retry the call on a timer
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, clusterv1alpha1.ReasonHookFailed, truncate(w.hookFailure, 1024)
+		Reason: clusterv1alpha1.ReasonHookSucceeded, Message: "no membership hook is failing", ObservedGeneration: s.sc.Generation}
+	if s.hookFailure != "" {
+		s.later(s.now.Add(hookRetry)) // nothing else may change meanwhile: retry the call on a timer
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, clusterv1alpha1.ReasonHookFailed, truncate(s.hookFailure, 1024)
 	}
-	meta.SetStatusCondition(&w.sc.Status.Conditions, cond)
+	meta.SetStatusCondition(&s.sc.Status.Conditions, cond)
 }
 
 // callHook POSTs the body to the oldest Ready surviving pod that answers 2xx.
-func (w *work) callHook(ctx context.Context, hook *clusterv1alpha1.MembershipHook, body hookBody) error {
+func (s *scope) callHook(ctx context.Context, hook *clusterv1alpha1.MembershipHook, body hookBody) error {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return err
@@ -127,7 +127,7 @@ func (w *work) callHook(ctx context.Context, hook *clusterv1alpha1.MembershipHoo
 	}
 	var lastErr error
 	tried := 0
-	for _, m := range w.pods {
+	for _, m := range s.pods {
 		if m.pod == nil || !m.ready || m.terminating || m.name == body.Identity || m.pod.Status.PodIP == "" {
 			continue
 		}

@@ -28,19 +28,7 @@ type memory struct {
 	// lostSince queues, per StatefulCluster, when each retired identity became unusable, oldest
 	// first; the next pod created is its replacement (replacement-latency metric).
 	lostSince map[types.NamespacedName][]time.Time
-	// written is, per StatefulCluster, the object as this process's last status write returned it and
-	// the resourceVersions its status writes replaced since the cache last caught up (see latest).
-	written map[types.NamespacedName]*writtenCluster
 }
-
-// writtenCluster is a StatefulCluster as the operator's own status writes left it.
-type writtenCluster struct {
-	obj      *clusterv1alpha1.StatefulCluster
-	replaced map[string]bool
-}
-
-// writtenHistoryLimit bounds the resourceVersions kept per StatefulCluster while the cache lags.
-const writtenHistoryLimit = 64
 
 // deletion is why this process deleted a pod, so a ledger entry lost with a conflicting status write
 // is recorded again with the right reason.
@@ -76,44 +64,7 @@ func newMemory() *memory {
 		seenReady: map[types.UID]bool{},
 		gone:      map[types.NamespacedName][]gonePod{},
 		lostSince: map[types.NamespacedName][]time.Time{},
-		written:   map[types.NamespacedName]*writtenCluster{},
 	}
-}
-
-// wrote remembers the object a status write returned and the resourceVersion it replaced.
-func (m *memory) wrote(sc types.NamespacedName, replaced string, obj *clusterv1alpha1.StatefulCluster) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	w := m.written[sc]
-	if w == nil || len(w.replaced) >= writtenHistoryLimit {
-		w = &writtenCluster{replaced: map[string]bool{}}
-		m.written[sc] = w
-	}
-	w.obj = obj.DeepCopy()
-	w.replaced[replaced] = true
-}
-
-// latest returns the StatefulCluster to reconcile. The cache shows the operator's own status write
-// only once its watch event arrives; a reconcile started from the version that write replaced would
-// write nothing but a conflict (every status write carries a resourceVersion precondition) and be
-// retried with backoff — after a pod is deleted, the write recording it and the replacement's
-// reconcile follow each other within milliseconds. So while the cache serves a version one of our
-// writes replaced, the object that write returned (strictly newer: the write succeeded on that
-// version) is used instead. Any other cached version has caught up with or moved past our writes, and
-// wins. Comparing versions for equality only keeps resourceVersions opaque.
-func (m *memory) latest(cached *clusterv1alpha1.StatefulCluster) *clusterv1alpha1.StatefulCluster {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	k := key(cached)
-	w := m.written[k]
-	if w == nil {
-		return cached
-	}
-	if w.replaced[cached.ResourceVersion] && w.obj.UID == cached.UID {
-		return w.obj.DeepCopy()
-	}
-	delete(m.written, k)
-	return cached
 }
 
 func (m *memory) expectCreated(sc types.NamespacedName, name, revision string, now time.Time) {
@@ -233,5 +184,4 @@ func (m *memory) forget(sc types.NamespacedName) {
 	delete(m.created, sc)
 	delete(m.gone, sc)
 	delete(m.lostSince, sc)
-	delete(m.written, sc)
 }

@@ -59,56 +59,15 @@ func (r *Reconciler) syncRevisions(ctx context.Context, sc *clusterv1alpha1.Stat
 	if err != nil {
 		return nil, err
 	}
-	var list appsv1.ControllerRevisionList
-	if err := r.Cache.List(ctx, &list, client.InNamespace(sc.Namespace), client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: sc.Name}); err != nil {
-		return nil, fmt.Errorf("listing ControllerRevisions: %w", err)
+	set, maxRevision, err := r.listRevisions(ctx, sc)
+	if err != nil {
+		return nil, err
 	}
-	set := &revisionSet{templates: map[string]*corev1.PodTemplateSpec{}}
-	var maxRevision int64
-	for i := range list.Items {
-		rev := &list.Items[i]
-		if ref := metav1.GetControllerOf(rev); ref == nil || ref.UID != sc.UID {
-			continue
-		}
-		set.all = append(set.all, rev)
-		maxRevision = max(maxRevision, rev.Revision)
-		var data revisionData
-		if err := json.Unmarshal(rev.Data.Raw, &data); err == nil {
-			set.templates[rev.Name] = &data.Template
-			// Compared decoded, not as bytes: the API server may re-encode the stored JSON.
-			if set.update == nil && equality.Semantic.DeepEqual(data.Template, sc.Spec.Template) {
-				set.update = rev
-			}
-		}
-	}
-	slices.SortFunc(set.all, func(a, b *appsv1.ControllerRevision) int { return int(a.Revision - b.Revision) })
 	switch {
 	case set.update == nil:
-		collisions := ptr.Deref(sc.Status.CollisionCount, 0)
-		rev := &appsv1.ControllerRevision{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: revisionName(sc, raw, collisions), Namespace: sc.Namespace,
-				Labels:          map[string]string{clusterv1alpha1.ClusterNameLabel: sc.Name},
-				OwnerReferences: []metav1.OwnerReference{*controllerRef(sc)},
-			},
-			Data:     runtime.RawExtension{Raw: raw},
-			Revision: maxRevision + 1,
-		}
-		if err := r.Client.Create(ctx, rev); err != nil {
-			if !apierrors.IsAlreadyExists(err) {
-				return nil, fmt.Errorf("creating ControllerRevision %s: %w", rev.Name, err)
-			}
-			existing := &appsv1.ControllerRevision{}
-			if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(rev), existing); err != nil {
-				return nil, err
-			}
-			var data revisionData
-			if err := json.Unmarshal(existing.Data.Raw, &data); err != nil || !equality.Semantic.DeepEqual(data.Template, sc.Spec.Template) {
-				// A hash collision: the next name includes a higher collision count.
-				sc.Status.CollisionCount = ptr.To(collisions + 1)
-				return nil, fmt.Errorf("ControllerRevision %s exists with another template (hash collision)", rev.Name)
-			}
-			rev = existing
+		rev, err := r.createRevision(ctx, sc, raw, maxRevision+1)
+		if err != nil {
+			return nil, err
 		}
 		set.update = rev
 		set.all = append(set.all, rev)
@@ -129,6 +88,69 @@ func (r *Reconciler) syncRevisions(ctx context.Context, sc *clusterv1alpha1.Stat
 		set.current = set.update
 	}
 	return set, nil
+}
+
+// listRevisions reads the StatefulCluster's revisions, oldest first, with their templates and the
+// highest revision number; the update revision is set when one holds the current template.
+func (r *Reconciler) listRevisions(ctx context.Context, sc *clusterv1alpha1.StatefulCluster) (*revisionSet, int64, error) {
+	var list appsv1.ControllerRevisionList
+	if err := r.Cache.List(ctx, &list, client.InNamespace(sc.Namespace), client.MatchingLabels{clusterv1alpha1.ClusterNameLabel: sc.Name}); err != nil {
+		return nil, 0, fmt.Errorf("listing ControllerRevisions: %w", err)
+	}
+	set := &revisionSet{templates: map[string]*corev1.PodTemplateSpec{}}
+	var maxRevision int64
+	for i := range list.Items {
+		rev := &list.Items[i]
+		if ref := metav1.GetControllerOf(rev); ref == nil || ref.UID != sc.UID {
+			continue
+		}
+		set.all = append(set.all, rev)
+		maxRevision = max(maxRevision, rev.Revision)
+		var data revisionData
+		if err := json.Unmarshal(rev.Data.Raw, &data); err == nil {
+			set.templates[rev.Name] = &data.Template
+			// Compared decoded, not as bytes: the API server may re-encode the stored JSON.
+			if set.update == nil && equality.Semantic.DeepEqual(data.Template, sc.Spec.Template) {
+				set.update = rev
+			}
+		}
+	}
+	slices.SortFunc(set.all, func(a, b *appsv1.ControllerRevision) int { return int(a.Revision - b.Revision) })
+	return set, maxRevision, nil
+}
+
+// createRevision stores the current template (raw) as revision number n. A revision of that name
+// holding another template is a hash collision: status.collisionCount goes up and the next reconcile
+// tries the next name.
+func (r *Reconciler) createRevision(ctx context.Context, sc *clusterv1alpha1.StatefulCluster, raw []byte, n int64) (*appsv1.ControllerRevision, error) {
+	collisions := ptr.Deref(sc.Status.CollisionCount, 0)
+	rev := &appsv1.ControllerRevision{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: revisionName(sc, raw, collisions), Namespace: sc.Namespace,
+			Labels:          map[string]string{clusterv1alpha1.ClusterNameLabel: sc.Name},
+			OwnerReferences: []metav1.OwnerReference{*controllerRef(sc)},
+		},
+		Data:     runtime.RawExtension{Raw: raw},
+		Revision: n,
+	}
+	err := r.Client.Create(ctx, rev)
+	if err == nil {
+		return rev, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating ControllerRevision %s: %w", rev.Name, err)
+	}
+	existing := &appsv1.ControllerRevision{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(rev), existing); err != nil {
+		return nil, err
+	}
+	var data revisionData
+	if err := json.Unmarshal(existing.Data.Raw, &data); err != nil || !equality.Semantic.DeepEqual(data.Template, sc.Spec.Template) {
+		// A hash collision: the next name includes a higher collision count.
+		sc.Status.CollisionCount = ptr.To(collisions + 1)
+		return nil, fmt.Errorf("ControllerRevision %s exists with another template (hash collision)", rev.Name)
+	}
+	return existing, nil
 }
 
 // truncateHistory deletes the oldest revisions beyond revisionHistoryLimit that no pod uses.

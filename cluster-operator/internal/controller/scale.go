@@ -20,76 +20,76 @@ import (
 // then the newest identities.
 
 // scale creates or retires pods so that replicas (plus the update's surge) are live.
-func (w *work) scale(ctx context.Context) error {
-	live := w.liveMembers()
-	target := int(ptr.Deref(w.sc.Spec.Replicas, 0)) + w.surge()
+func (r *Reconciler) scale(ctx context.Context, s *scope) error {
+	live := s.liveMembers()
+	target := int(ptr.Deref(s.sc.Spec.Replicas, 0)) + s.surge()
 	switch {
 	case len(live) < target:
-		return w.scaleUp(ctx, live, target-len(live))
+		return s.scaleUp(ctx, live, target-len(live))
 	case len(live) > target:
-		w.scaleDown(ctx, live, len(live)-target)
+		s.scaleDown(ctx, live, len(live)-target)
 	}
 	return nil
 }
 
-func (w *work) ordered() bool {
-	return w.sc.Spec.PodManagementPolicy == clusterv1alpha1.OrderedReadyPodManagement
+func (s *scope) ordered() bool {
+	return s.sc.Spec.PodManagementPolicy == clusterv1alpha1.OrderedReadyPodManagement
 }
 
-func (w *work) scaleUp(ctx context.Context, live []*member, missing int) error {
-	if w.holdCreates {
-		w.progress = clusterv1alpha1.ReasonReplacing
+func (s *scope) scaleUp(ctx context.Context, live []*member, missing int) error {
+	if s.holdCreates {
+		s.progress = clusterv1alpha1.ReasonReplacing
 		return nil // a retire hook must succeed first
 	}
-	if w.ordered() {
-		for _, m := range w.pods {
+	if s.ordered() {
+		for _, m := range s.pods {
 			if m.terminating || (m.live && !m.ready) {
 				return nil // OrderedReady: the next pod waits until every live pod is Ready
 			}
 		}
 		missing = 1
 	}
-	w.progress = clusterv1alpha1.ReasonScalingUp
-	if w.retiring > 0 {
-		w.progress = clusterv1alpha1.ReasonReplacing
+	s.progress = clusterv1alpha1.ReasonScalingUp
+	if s.retiring > 0 {
+		s.progress = clusterv1alpha1.ReasonReplacing
 	}
 	known := map[string]bool{}
 	var traces []string
-	for _, m := range w.pods {
+	for _, m := range s.pods {
 		known[m.name] = true
 		traces = append(traces, m.name)
 	}
-	for _, c := range w.claims {
+	for _, c := range s.claims {
 		if id := c.Labels[clusterv1alpha1.IdentityLabel]; id != "" {
 			known[id] = true
 			traces = append(traces, id)
 		}
 	}
-	for _, rec := range w.sc.Status.Identities {
+	for _, rec := range s.sc.Status.Identities {
 		known[rec.Name] = true
 	}
-	names, _ := allocate(w.sc, missing, known, traces)
-	updated := w.countUpdated()
+	names, _ := allocate(s.sc, missing, known, traces)
+	updated := s.countUpdated()
 	revisions := make([]string, len(names))
 	for i := range names {
-		revisions[i] = w.newPodRevision(updated)
-		if revisions[i] == w.revs.update.Name {
+		revisions[i] = s.newPodRevision(updated)
+		if revisions[i] == s.revs.update.Name {
 			updated++
 		}
 	}
 	zones := make([]string, len(names))
-	if planner := w.newZonePlanner(); planner != nil {
+	if planner := s.newZonePlanner(); planner != nil {
 		for i := range names {
 			zones[i] = planner.next()
 		}
 	}
-	created, err := w.createPods(ctx, names, revisions, zones)
+	created, err := s.createPods(ctx, names, revisions, zones)
 	if err != nil {
 		return err
 	}
-	w.scaledUp = created
+	s.scaledUp = created
 	if created > 0 {
-		w.r.Recorder.Eventf(w.sc, nil, corev1.EventTypeNormal, "SuccessfulCreate", "Create",
+		s.r.Recorder.Eventf(s.sc, nil, corev1.EventTypeNormal, "SuccessfulCreate", "Create",
 			"Created %d pod(s) of new identities, %s..%s", created, names[0], names[created-1])
 	}
 	return nil
@@ -97,11 +97,11 @@ func (w *work) scaleUp(ctx context.Context, live []*member, missing int) error {
 
 // createPods creates the pods in slow-start batches and stops at the first batch with a failure.
 // It returns how many were created.
-func (w *work) createPods(ctx context.Context, names, revisions, zones []string) (int, error) {
+func (s *scope) createPods(ctx context.Context, names, revisions, zones []string) (int, error) {
 	created := 0
 	for batch := 1; created < len(names); batch *= 2 {
 		n := min(batch, len(names)-created)
-		if err := w.reserve(ctx, names[created:created+n]); err != nil {
+		if err := s.reserve(ctx, names[created:created+n]); err != nil {
 			return created, err
 		}
 		var wg sync.WaitGroup
@@ -109,10 +109,10 @@ func (w *work) createPods(ctx context.Context, names, revisions, zones []string)
 		failed := 0
 		for i := created; i < created+n; i++ {
 			wg.Go(func() {
-				if err := w.createPod(ctx, names[i], revisions[i], zones[i]); err != nil {
+				if err := s.createPod(ctx, names[i], revisions[i], zones[i]); err != nil {
 					mu.Lock()
 					failed++
-					w.fail("creating pod %s: %v", names[i], err)
+					s.fail("creating pod %s: %v", names[i], err)
 					mu.Unlock()
 				}
 			})
@@ -130,16 +130,16 @@ func (w *work) createPods(ctx context.Context, names, revisions, zones []string)
 // precondition, before any pod of them exists (write-ahead). If the cached object was stale the write
 // conflicts and the reconcile starts again, so names are only ever handed out from the latest mark.
 // Reserving per batch means a failing batch burns few ordinals.
-func (w *work) reserve(ctx context.Context, names []string) error {
-	next := w.sc.Status.NextIdentity
+func (s *scope) reserve(ctx context.Context, names []string) error {
+	next := s.sc.Status.NextIdentity
 	for _, name := range names {
-		if n, ok := ordinalOf(w.sc.Name, name); ok && n >= next {
+		if n, ok := ordinalOf(s.sc.Name, name); ok && n >= next {
 			next = n + 1
 		}
 	}
-	w.sc.Status.NextIdentity = next
+	s.sc.Status.NextIdentity = next
 	// A random name has no mark, but the write still proves the object (and its ledger) was current.
-	if err := w.patchStatus(ctx, w.sc.Spec.IdentityFormat == clusterv1alpha1.RandomIdentityFormat); err != nil {
+	if err := s.patchStatus(ctx, s.sc.Spec.IdentityFormat == clusterv1alpha1.RandomIdentityFormat); err != nil {
 		if apierrors.IsConflict(err) {
 			return errConflict
 		}
@@ -150,25 +150,25 @@ func (w *work) reserve(ctx context.Context, names []string) error {
 
 // createPod creates one identity's pod, then its claims (claims are only made for a pod that exists,
 // so a pod that cannot be created leaves no claim behind; the scheduler waits for the claims).
-func (w *work) createPod(ctx context.Context, name, revision, zone string) error {
-	if !w.runJoinHook(ctx, name) {
+func (s *scope) createPod(ctx context.Context, name, revision, zone string) error {
+	if !s.runJoinHook(ctx, name) {
 		return fmt.Errorf("join hook for %s failed", name)
 	}
-	pod := buildPod(w.sc, w.revs.template(revision), revision, name)
+	pod := buildPod(s.sc, s.revs.template(revision), revision, name)
 	if zone != "" {
-		key := w.sc.Spec.ZoneSpread.TopologyKey
+		key := s.sc.Spec.ZoneSpread.TopologyKey
 		if key == "" {
 			key = corev1.LabelTopologyZone
 		}
 		pinToZone(pod, key, zone)
 	}
-	if err := w.r.Client.Create(ctx, pod); err != nil {
+	if err := s.r.Client.Create(ctx, pod); err != nil {
 		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 			return err // the namespace is going away with everything in it: no Event, nothing to fix
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			createFailures.WithLabelValues(w.sc.Namespace, w.sc.Name).Inc()
-			w.r.Recorder.Eventf(w.sc, nil, corev1.EventTypeWarning, clusterv1alpha1.ReasonCreateFailed, "Create",
+			createFailures.WithLabelValues(s.sc.Namespace, s.sc.Name).Inc()
+			s.r.Recorder.Eventf(s.sc, nil, corev1.EventTypeWarning, clusterv1alpha1.ReasonCreateFailed, "Create",
 				"Failed to create pod %s: %v", name, err)
 			return err
 		}
@@ -176,13 +176,13 @@ func (w *work) createPod(ctx context.Context, name, revision, zone string) error
 		// prevents that, so this pod is not ours to claim: fail loudly.
 		return fmt.Errorf("pod %s already exists", name)
 	}
-	w.r.mem.expectCreated(w.key, name, revision, w.now)
-	podsCreated.WithLabelValues(w.sc.Namespace, w.sc.Name).Inc()
-	if since, ok := w.r.mem.popLost(w.key); ok {
-		replacementLatency.WithLabelValues(w.sc.Namespace, w.sc.Name).Observe(w.r.Clock.Since(since).Seconds())
+	s.r.mem.expectCreated(s.key, name, revision, s.now)
+	podsCreated.WithLabelValues(s.sc.Namespace, s.sc.Name).Inc()
+	if since, ok := s.r.mem.popLost(s.key); ok {
+		replacementLatency.WithLabelValues(s.sc.Namespace, s.sc.Name).Observe(s.r.Clock.Since(since).Seconds())
 	}
-	for _, ct := range w.sc.Spec.VolumeClaimTemplates {
-		if err := w.createClaim(ctx, name, ct); err != nil {
+	for _, ct := range s.sc.Spec.VolumeClaimTemplates {
+		if err := s.createClaim(ctx, name, ct); err != nil {
 			return err
 		}
 	}
@@ -190,10 +190,10 @@ func (w *work) createPod(ctx context.Context, name, revision, zone string) error
 }
 
 // scaleDown retires `excess` live pods, in victim order.
-func (w *work) scaleDown(ctx context.Context, live []*member, excess int) {
-	w.progress = clusterv1alpha1.ReasonScalingDown
-	if w.ordered() {
-		for _, m := range w.pods {
+func (s *scope) scaleDown(ctx context.Context, live []*member, excess int) {
+	s.progress = clusterv1alpha1.ReasonScalingDown
+	if s.ordered() {
+		for _, m := range s.pods {
 			if m.terminating {
 				return // OrderedReady: one at a time
 			}
@@ -210,7 +210,7 @@ func (w *work) scaleDown(ctx context.Context, live []*member, excess int) {
 			return 2
 		case !m.ready:
 			return 1
-		case m.revision != w.revs.update.Name:
+		case m.revision != s.revs.update.Name:
 			return 3
 		}
 		return 4
@@ -229,8 +229,8 @@ func (w *work) scaleDown(ctx context.Context, live []*member, excess int) {
 		if m.terminating || m.pod == nil {
 			continue
 		}
-		if err := w.deletePod(ctx, m, clusterv1alpha1.RetiredScaledDown, "scaled down"); err != nil {
-			w.fail("scaling down pod %s: %v", m.name, err)
+		if err := s.deletePod(ctx, m, clusterv1alpha1.RetiredScaledDown, "scaled down"); err != nil {
+			s.fail("scaling down pod %s: %v", m.name, err)
 		}
 	}
 }

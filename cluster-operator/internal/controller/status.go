@@ -18,53 +18,53 @@ import (
 // identities, newest first, capped at identityHistoryLimit) and the retained claims.
 
 // record adds a retired identity to the ledger (once per name: the ledger is a map keyed by name).
-func (w *work) record(name string, pod *corev1.Pod, reason clusterv1alpha1.RetirementReason, message string) {
-	st := &w.sc.Status
+func (s *scope) record(name string, pod *corev1.Pod, reason clusterv1alpha1.RetirementReason, message string) {
+	st := &s.sc.Status
 	for _, rec := range st.Identities {
 		if rec.Name == name {
 			return
 		}
 	}
-	now := metav1.NewTime(w.now)
+	now := metav1.NewTime(s.now)
 	rec := clusterv1alpha1.IdentityRecord{Name: name, RetiredAt: &now, Reason: reason, Message: truncate(message, 1024),
-		Claims: claimNames(w.sc, name)}
+		Claims: claimNames(s.sc, name)}
 	if pod != nil {
 		created := pod.CreationTimestamp
 		rec.UID, rec.Node, rec.CreatedAt = pod.UID, pod.Spec.NodeName, &created
 	}
 	st.Identities = append([]clusterv1alpha1.IdentityRecord{rec}, st.Identities...)
-	if limit := int(ptr.Deref(w.sc.Spec.IdentityHistoryLimit, 0)); len(st.Identities) > limit {
+	if limit := int(ptr.Deref(s.sc.Spec.IdentityHistoryLimit, 0)); len(st.Identities) > limit {
 		st.Identities = st.Identities[:limit]
 	}
 }
 
 // recordGone writes ledger entries for identities retired by someone else: pods being deleted or
 // already gone that the operator did not delete (a user, an eviction, OnDelete updates).
-func (w *work) recordGone() {
-	for _, m := range w.pods {
+func (r *Reconciler) recordGone(s *scope) {
+	for _, m := range s.pods {
 		if m.pod == nil || !m.terminating {
 			continue
 		}
-		if d, ours := w.r.mem.deletedByUs(m.pod.UID); ours {
-			w.record(m.name, m.pod, d.reason, d.message)
+		if d, ours := r.mem.deletedByUs(m.pod.UID); ours {
+			s.record(m.name, m.pod, d.reason, d.message)
 			continue
 		}
 		reason, message := clusterv1alpha1.RetiredDeleted, "pod deleted by someone else"
-		if node := w.nodes[m.pod.Spec.NodeName]; m.pod.Spec.NodeName != "" {
-			if lost, _, _, msg := nodeLost(w.sc, node, w.now); lost {
+		if node := s.nodes[m.pod.Spec.NodeName]; m.pod.Spec.NodeName != "" {
+			if lost, _, _, msg := nodeLost(s.sc, node, s.now); lost {
 				reason, message = clusterv1alpha1.RetiredNodeLost, msg
 			}
 		}
-		w.record(m.name, m.pod, reason, message)
+		s.record(m.name, m.pod, reason, message)
 	}
-	for _, g := range w.r.mem.takeGone(w.key) {
+	for _, g := range r.mem.takeGone(s.key) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: g.name, UID: g.uid, CreationTimestamp: metav1.NewTime(g.created)},
 			Spec: corev1.PodSpec{NodeName: g.node}}
 		reason, message := clusterv1alpha1.RetiredDeleted, "pod deleted by someone else"
 		if g.reason != "" {
 			reason, message = g.reason, g.message
 		}
-		w.record(g.name, pod, reason, message)
+		s.record(g.name, pod, reason, message)
 	}
 }
 
@@ -76,124 +76,162 @@ func truncate(s string, n int) string {
 }
 
 // applyStatus writes the observed state into the status, err being the reconcile's error, if any.
-func (w *work) applyStatus(err error) {
-	sc, st := w.sc, &w.sc.Status
-	replicas := ptr.Deref(sc.Spec.Replicas, 0)
-	var live, ready, avail, current, updated int32
-	if w.revs != nil {
-		for _, m := range w.liveMembers() {
-			live++
-			if m.ready {
-				ready++
-			}
-			if m.available {
-				avail++
-			}
-			if m.revision == w.revs.update.Name {
-				updated++
-			}
-			if m.revision == w.revs.current.Name {
-				current++
-			}
-		}
-		st.Replicas, st.ReadyReplicas, st.AvailableReplicas, st.UpdatedReplicas = live, ready, avail, updated
-		st.UpdateRevision = w.revs.update.Name
-		st.CurrentRevision = w.revs.current.Name
-		if updated == live && live == replicas && w.countOld() == 0 {
-			// The update is complete: the update revision becomes the current one.
-			st.CurrentRevision = w.revs.update.Name
-			current = updated
-		}
-		st.CurrentReplicas = current
-		st.RetiredClaims = w.retiredClaims()
+// Without revisions (their sync failed) nothing about the pods is known: only the failure is written.
+func (s *scope) applyStatus(err error) {
+	var c counts
+	if s.revs != nil {
+		c = s.applyCounts()
 	}
-	st.ObservedGeneration = sc.Generation
-	if sel, serr := metav1.LabelSelectorAsSelector(sc.Spec.Selector); serr == nil {
+	st := &s.sc.Status
+	st.ObservedGeneration = s.sc.Generation
+	if sel, serr := metav1.LabelSelectorAsSelector(s.sc.Spec.Selector); serr == nil {
 		st.Selector = sel.String()
 	}
-	set := func(t string, ok bool, reason, msg string) {
-		s := metav1.ConditionFalse
-		if ok {
-			s = metav1.ConditionTrue
-		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: sc.Generation})
-	}
-	if err != nil || len(w.failures) > 0 {
-		msgs := append([]string{}, w.failures...)
-		if err != nil {
-			msgs = append(msgs, err.Error())
-		}
-		set(clusterv1alpha1.ConditionReplicaFailure, true, failureReason(msgs), truncate(strings.Join(msgs, "; "), 4000))
-	} else {
-		meta.RemoveStatusCondition(&st.Conditions, clusterv1alpha1.ConditionReplicaFailure)
-	}
-	w.applyHookCondition()
-	if w.revs == nil {
+	s.applyReplicaFailure(err)
+	s.applyHookCondition()
+	if s.revs == nil {
 		return
 	}
-	if avail >= replicas {
-		set(clusterv1alpha1.ConditionAvailable, true, clusterv1alpha1.ReasonMinimumReplicasAvailable, fmt.Sprintf("%d of %d pods available", avail, replicas))
+	s.applyAvailable(c)
+	s.applyReady(c)
+}
+
+// counts are the live pods of a reconcile, as the status counts them.
+type counts struct {
+	replicas, live, ready, available, current, updated int32
+}
+
+// applyCounts writes the replica counts, the revisions and the retired claims.
+func (s *scope) applyCounts() counts {
+	st := &s.sc.Status
+	c := counts{replicas: ptr.Deref(s.sc.Spec.Replicas, 0)}
+	for _, m := range s.liveMembers() {
+		c.live++
+		if m.ready {
+			c.ready++
+		}
+		if m.available {
+			c.available++
+		}
+		if m.revision == s.revs.update.Name {
+			c.updated++
+		}
+		if m.revision == s.revs.current.Name {
+			c.current++
+		}
+	}
+	st.Replicas, st.ReadyReplicas, st.AvailableReplicas, st.UpdatedReplicas = c.live, c.ready, c.available, c.updated
+	st.UpdateRevision = s.revs.update.Name
+	st.CurrentRevision = s.revs.current.Name
+	if c.updated == c.live && c.live == c.replicas && s.countOld() == 0 {
+		// The update is complete: the update revision becomes the current one.
+		st.CurrentRevision = s.revs.update.Name
+		c.current = c.updated
+	}
+	st.CurrentReplicas = c.current
+	st.RetiredClaims = s.retiredClaims()
+	return c
+}
+
+// setCondition sets a condition of the status, True when ok.
+func (s *scope) setCondition(t string, ok bool, reason, msg string) {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&s.sc.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg, ObservedGeneration: s.sc.Generation})
+}
+
+// applyReplicaFailure sets ReplicaFailure from what could not be written and the reconcile's error.
+func (s *scope) applyReplicaFailure(err error) {
+	if err == nil && len(s.failures) == 0 {
+		meta.RemoveStatusCondition(&s.sc.Status.Conditions, clusterv1alpha1.ConditionReplicaFailure)
+		return
+	}
+	msgs := append([]string{}, s.failures...)
+	if err != nil {
+		msgs = append(msgs, err.Error())
+	}
+	s.setCondition(clusterv1alpha1.ConditionReplicaFailure, true, failureReason(msgs), truncate(strings.Join(msgs, "; "), 4000))
+}
+
+func (s *scope) applyAvailable(c counts) {
+	msg := fmt.Sprintf("%d of %d pods available", c.available, c.replicas)
+	if c.available >= c.replicas {
+		s.setCondition(clusterv1alpha1.ConditionAvailable, true, clusterv1alpha1.ReasonMinimumReplicasAvailable, msg)
 	} else {
-		set(clusterv1alpha1.ConditionAvailable, false, clusterv1alpha1.ReasonMinimumReplicasUnavailable, fmt.Sprintf("%d of %d pods available", avail, replicas))
+		s.setCondition(clusterv1alpha1.ConditionAvailable, false, clusterv1alpha1.ReasonMinimumReplicasUnavailable, msg)
 	}
-	progress := w.progress
-	if progress == "" && w.updateRun {
-		progress = clusterv1alpha1.ReasonUpdating
+}
+
+// progressReason is the reason of Progressing=True, or "" when nothing is under way.
+func (s *scope) progressReason(c counts) string {
+	switch {
+	case s.progress != "":
+		return s.progress
+	case s.updateRun:
+		return clusterv1alpha1.ReasonUpdating
+	case s.retiring > 0:
+		return clusterv1alpha1.ReasonReplacing
+	case c.live > c.replicas:
+		return clusterv1alpha1.ReasonScalingDown
+	case c.live != c.replicas:
+		return clusterv1alpha1.ReasonScalingUp
 	}
-	if progress == "" && w.retiring > 0 {
-		progress = clusterv1alpha1.ReasonReplacing
-	}
-	if progress == "" && live != replicas {
-		progress = clusterv1alpha1.ReasonScalingUp
-		if live > replicas {
-			progress = clusterv1alpha1.ReasonScalingDown
-		}
-	}
-	msg := fmt.Sprintf("%d live, %d ready, %d updated of %d replicas; next identity %d", live, ready, updated, replicas, st.NextIdentity)
-	// Pods kept Pending because replacing them cannot help (stuck.go): Stalled until the cluster changes.
-	// The message names no counters or durations, so that its Event is recorded once per change.
-	var stuckReason string
-	var stuckMsgs []string
-	for _, m := range w.pods {
-		if s := m.verdict.stuck; s != nil && !m.terminating {
-			if stuckReason == "" {
-				stuckReason = s.reason
+	return ""
+}
+
+// stalled returns the reason and message of Stalled: pods kept Pending because replacing them cannot
+// help (stuck.go), until the cluster changes; "" when none is. The message names no counters or
+// durations, so that its Event is recorded once per change.
+func (s *scope) stalled() (reason, message string) {
+	var msgs []string
+	for _, m := range s.pods {
+		if why := m.verdict.stuck; why != nil && !m.terminating {
+			if reason == "" {
+				reason = why.reason
 			}
-			stuckMsgs = append(stuckMsgs, s.message())
+			msgs = append(msgs, why.message())
 		}
 	}
-	if stuckReason != "" {
-		stalled := truncate(strings.Join(stuckMsgs, "; "), 4000)
-		set(clusterv1alpha1.ConditionStalled, true, stuckReason, stalled)
+	return reason, truncate(strings.Join(msgs, "; "), 4000)
+}
+
+// applyReady sets Stalled, Progressing and Ready.
+func (s *scope) applyReady(c counts) {
+	progress := s.progressReason(c)
+	msg := fmt.Sprintf("%d live, %d ready, %d updated of %d replicas; next identity %d", c.live, c.ready, c.updated, c.replicas, s.sc.Status.NextIdentity)
+	if stuckReason, stalled := s.stalled(); stuckReason != "" {
+		s.setCondition(clusterv1alpha1.ConditionStalled, true, stuckReason, stalled)
 		if progress == "" {
-			set(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
-			set(clusterv1alpha1.ConditionReady, false, stuckReason, stalled)
+			s.setCondition(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
+			s.setCondition(clusterv1alpha1.ConditionReady, false, stuckReason, stalled)
 			return
 		}
 	} else {
-		meta.RemoveStatusCondition(&st.Conditions, clusterv1alpha1.ConditionStalled)
+		meta.RemoveStatusCondition(&s.sc.Status.Conditions, clusterv1alpha1.ConditionStalled)
 	}
 	if progress != "" {
-		set(clusterv1alpha1.ConditionProgressing, true, progress, msg)
-		set(clusterv1alpha1.ConditionReady, false, progress, msg)
+		s.setCondition(clusterv1alpha1.ConditionProgressing, true, progress, msg)
+		s.setCondition(clusterv1alpha1.ConditionReady, false, progress, msg)
 		return
 	}
-	set(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
+	s.setCondition(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
 	switch {
-	case ready < replicas || live != replicas:
-		set(clusterv1alpha1.ConditionReady, false, clusterv1alpha1.ReasonPodsNotReady, msg)
-	case updated != live && sc.Spec.UpdateStrategy.Type != clusterv1alpha1.OnDeleteStrategyType && w.wantUpdated() == int(replicas):
-		set(clusterv1alpha1.ConditionReady, false, clusterv1alpha1.ReasonUpdating, msg)
+	case c.ready < c.replicas || c.live != c.replicas:
+		s.setCondition(clusterv1alpha1.ConditionReady, false, clusterv1alpha1.ReasonPodsNotReady, msg)
+	case c.updated != c.live && s.sc.Spec.UpdateStrategy.Type != clusterv1alpha1.OnDeleteStrategyType && s.wantUpdated() == int(c.replicas):
+		s.setCondition(clusterv1alpha1.ConditionReady, false, clusterv1alpha1.ReasonUpdating, msg)
 	default:
-		set(clusterv1alpha1.ConditionReady, true, clusterv1alpha1.ReasonReconciled, msg)
+		s.setCondition(clusterv1alpha1.ConditionReady, true, clusterv1alpha1.ReasonReconciled, msg)
 	}
 }
 
 // countOld counts live pods not of the update revision.
-func (w *work) countOld() int {
+func (s *scope) countOld() int {
 	n := 0
-	for _, m := range w.liveMembers() {
-		if m.revision != w.revs.update.Name {
+	for _, m := range s.liveMembers() {
+		if m.revision != s.revs.update.Name {
 			n++
 		}
 	}
@@ -210,13 +248,13 @@ func failureReason(msgs []string) string {
 }
 
 // patchStatus writes the status if it changed, under a resourceVersion precondition (the high-water
-// mark must never be written from a stale copy), and keeps the written copy as the new baseline.
-func (w *work) patchStatus(ctx context.Context, force bool) error {
-	replaced := w.sc.ResourceVersion
-	if wrote, err := opsutil.PatchStatus(ctx, w.r.Client, w.sc, w.orig, opsutil.WithOptimisticLock(), opsutil.Force(force)); !wrote {
+// mark must never be written from a stale copy), records the write (ownwrites.go) and keeps the written
+// copy as the new baseline.
+func (s *scope) patchStatus(ctx context.Context, force bool) error {
+	if wrote, err := opsutil.PatchStatus(ctx, s.r.Client, s.sc, s.orig, opsutil.WithOptimisticLock(), opsutil.Force(force)); !wrote {
 		return err
 	}
-	w.r.mem.wrote(w.key, replaced, w.sc)
-	w.orig = w.sc.DeepCopy()
+	s.r.writes.tracker.Wrote(s.sc)
+	s.orig = s.sc.DeepCopy()
 	return nil
 }

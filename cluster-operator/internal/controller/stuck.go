@@ -52,7 +52,7 @@ func claimBound(c *corev1.PersistentVolumeClaim) bool {
 }
 
 // whyStuck says why replacing an unscheduled Pending pod would not help, or nil if it might.
-func (w *work) whyStuck(ctx context.Context, pod *corev1.Pod, claims map[string]*corev1.PersistentVolumeClaim) *stuck {
+func (s *scope) whyStuck(ctx context.Context, pod *corev1.Pod, claims map[string]*corev1.PersistentVolumeClaim) *stuck {
 	if pod.Spec.NodeName != "" {
 		return nil
 	}
@@ -61,12 +61,12 @@ func (w *work) whyStuck(ctx context.Context, pod *corev1.Pod, claims map[string]
 	if cond != nil && cond.Status == corev1.ConditionFalse {
 		scheduler = cond.Message
 	}
-	for _, name := range claimNames(w.sc, pod.Name) {
+	for _, name := range claimNames(s.sc, pod.Name) {
 		claim := claims[name]
 		if claim == nil || claimBound(claim) || !claim.DeletionTimestamp.IsZero() {
 			continue // a missing claim is created again (ensureClaims)
 		}
-		detail := w.claimEvent(ctx, claim)
+		detail := s.claimEvent(ctx, claim)
 		if detail == "" {
 			detail = scheduler
 		}
@@ -89,9 +89,9 @@ func (w *work) whyStuck(ctx context.Context, pod *corev1.Pod, claims map[string]
 // claimEvent returns the newest Event about a claim ("reason: message"), a Warning one if any: the
 // PersistentVolume controller and provisioners say why a claim does not bind only in Events. Read
 // from the API server (Events are not cached), only for a pod already past its threshold.
-func (w *work) claimEvent(ctx context.Context, claim *corev1.PersistentVolumeClaim) string {
+func (s *scope) claimEvent(ctx context.Context, claim *corev1.PersistentVolumeClaim) string {
 	var list corev1.EventList
-	if err := w.r.APIReader.List(ctx, &list, client.InNamespace(claim.Namespace), client.MatchingFields{
+	if err := s.r.APIReader.List(ctx, &list, client.InNamespace(claim.Namespace), client.MatchingFields{
 		"involvedObject.kind": "PersistentVolumeClaim", "involvedObject.name": claim.Name,
 	}); err != nil {
 		return ""
@@ -135,20 +135,20 @@ func eventTime(e *corev1.Event) time.Time {
 // state: a Warning when pods are kept stuck (naming the pod, the claim and why), otherwise a Normal
 // Event when Ready turns False or changes its reason (scaling, replacing, updating, pods not ready).
 // before are the conditions as read at the start of the reconcile.
-func (w *work) waitingEvents(before []metav1.Condition) {
+func (s *scope) waitingEvents(before []metav1.Condition) {
 	var related runtime.Object
-	for _, m := range w.pods {
+	for _, m := range s.pods {
 		if m.verdict.stuck != nil && m.pod != nil {
 			related = m.pod
 			break
 		}
 	}
-	if controllerutil.EventOnTransition(w.r.Recorder, w.sc, related, before, w.sc.Status.Conditions, controllerutil.Transition{
+	if controllerutil.EventOnTransition(s.r.Recorder, s.sc, related, before, s.sc.Status.Conditions, controllerutil.Transition{
 		Type: clusterv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Wait", CompareMessage: true,
 	}) {
 		return
 	}
-	controllerutil.EventOnTransition(w.r.Recorder, w.sc, nil, before, w.sc.Status.Conditions, controllerutil.Transition{
+	controllerutil.EventOnTransition(s.r.Recorder, s.sc, nil, before, s.sc.Status.Conditions, controllerutil.Transition{
 		Type: clusterv1alpha1.ConditionReady, Status: metav1.ConditionFalse, EventType: corev1.EventTypeNormal, Action: "Wait",
 	})
 }

@@ -129,7 +129,9 @@ func startOperator(t *testing.T, funcs *interceptor.Funcs) (stop func()) {
 		require.NoError(t, err)
 		opts.Client = interceptor.NewClient(writer, *funcs)
 	}
-	return suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error { return SetupWithOptions(ctx, mgr, opts) })
+	// The manager's cache is scoped as in production (CacheOptions).
+	return suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error { return SetupWithOptions(ctx, mgr, opts) },
+		func(o *ctrl.Options) { CacheOptions(&o.Cache) })
 }
 
 // fixture is a namespace with a fake kubelet and a pod-creation audit.

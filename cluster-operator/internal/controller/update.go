@@ -41,28 +41,28 @@ func updateBounds(sc *clusterv1alpha1.StatefulCluster) (maxUnavailable, maxSurge
 }
 
 // wantUpdated is how many live pods should be of the update revision.
-func (w *work) wantUpdated() int {
-	replicas := int(ptr.Deref(w.sc.Spec.Replicas, 0))
-	if w.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType {
+func (s *scope) wantUpdated() int {
+	replicas := int(ptr.Deref(s.sc.Spec.Replicas, 0))
+	if s.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType {
 		return replicas
 	}
-	_, _, partition := updateBounds(w.sc)
+	_, _, partition := updateBounds(s.sc)
 	return max(replicas-partition, 0)
 }
 
 // newPodRevision is the revision a new pod gets: the update revision, unless a partition says that
 // enough pods are of it already.
-func (w *work) newPodRevision(updatedSoFar int) string {
-	if w.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType || updatedSoFar < w.wantUpdated() {
-		return w.revs.update.Name
+func (s *scope) newPodRevision(updatedSoFar int) string {
+	if s.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType || updatedSoFar < s.wantUpdated() {
+		return s.revs.update.Name
 	}
-	return w.revs.current.Name
+	return s.revs.current.Name
 }
 
-func (w *work) countUpdated() int {
+func (s *scope) countUpdated() int {
 	n := 0
-	for _, m := range w.liveMembers() {
-		if m.revision == w.revs.update.Name {
+	for _, m := range s.liveMembers() {
+		if m.revision == s.revs.update.Name {
 			n++
 		}
 	}
@@ -70,27 +70,27 @@ func (w *work) countUpdated() int {
 }
 
 // rollingUpdate retires pods of old revisions within the bounds.
-func (w *work) rollingUpdate(ctx context.Context) {
-	if w.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType {
+func (r *Reconciler) rollingUpdate(ctx context.Context, s *scope) {
+	if s.sc.Spec.UpdateStrategy.Type == clusterv1alpha1.OnDeleteStrategyType {
 		return
 	}
-	live := w.liveMembers()
+	live := s.liveMembers()
 	var old []*member
 	for _, m := range live {
-		if m.pod != nil && !m.terminating && m.revision != w.revs.update.Name {
+		if m.pod != nil && !m.terminating && m.revision != s.revs.update.Name {
 			old = append(old, m)
 		}
 	}
 	// The partition keeps replicas-wantUpdated old pods; every other old pod is to be replaced. This
 	// does not depend on how many updated pods exist, so a surge pod does not end the update early.
-	keepOld := int(ptr.Deref(w.sc.Spec.Replicas, 0)) - w.wantUpdated()
-	w.toUpdate = max(len(old)-keepOld, 0)
-	if w.toUpdate == 0 {
+	keepOld := int(ptr.Deref(s.sc.Spec.Replicas, 0)) - s.wantUpdated()
+	s.toUpdate = max(len(old)-keepOld, 0)
+	if s.toUpdate == 0 {
 		return
 	}
-	w.updateRun = true
-	replicas := int(ptr.Deref(w.sc.Spec.Replicas, 0))
-	maxUnavailable, _, _ := updateBounds(w.sc)
+	s.updateRun = true
+	replicas := int(ptr.Deref(s.sc.Spec.Replicas, 0))
+	maxUnavailable, _, _ := updateBounds(s.sc)
 	availableNow := 0
 	for _, m := range live {
 		if m.available {
@@ -107,7 +107,7 @@ func (w *work) rollingUpdate(ctx context.Context) {
 		}
 		return int(b.ordinal - a.ordinal)
 	})
-	budget := w.toUpdate
+	budget := s.toUpdate
 	for _, m := range old {
 		if budget == 0 {
 			break
@@ -115,8 +115,8 @@ func (w *work) rollingUpdate(ctx context.Context) {
 		if m.available && availableNow-1 < replicas-maxUnavailable {
 			break
 		}
-		if err := w.deletePod(ctx, m, clusterv1alpha1.RetiredUpdated, "replaced by revision "+w.revs.update.Name); err != nil {
-			w.fail("updating pod %s: %v", m.name, err)
+		if err := s.deletePod(ctx, m, clusterv1alpha1.RetiredUpdated, "replaced by revision "+s.revs.update.Name); err != nil {
+			s.fail("updating pod %s: %v", m.name, err)
 			continue
 		}
 		if m.available {
@@ -127,10 +127,10 @@ func (w *work) rollingUpdate(ctx context.Context) {
 }
 
 // surge is how many pods above replicas the update may run now.
-func (w *work) surge() int {
-	if !w.updateRun {
+func (s *scope) surge() int {
+	if !s.updateRun {
 		return 0
 	}
-	_, maxSurge, _ := updateBounds(w.sc)
-	return min(maxSurge, w.toUpdate)
+	_, maxSurge, _ := updateBounds(s.sc)
+	return min(maxSurge, s.toUpdate)
 }

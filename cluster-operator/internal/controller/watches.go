@@ -20,13 +20,19 @@ import (
 
 // Watches: a StatefulCluster's spec changes and deletion; its pods (and orphans its selector
 // matches) on every change that can alter a decision; its claims; node readiness and taints, mapped to
-// the StatefulClusters with pods on that node. The operator's own status writes do not wake it.
+// the StatefulClusters with pods on that node. The operator's own status writes do not wake it (but for
+// one a reconcile waits for, ownwrites.go).
 
-// clusterPredicate lets through creation, deletion and spec (generation) changes.
-func clusterPredicate() predicate.Predicate {
+// clusterPredicate lets through creation, deletion and spec (generation) changes, and the update that
+// catches the cache up with a status write a reconcile stopped for (ownwrites.go).
+func (r *Reconciler) clusterPredicate() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
-			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		if e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+			e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero() {
+			return true
+		}
+		sc, ok := e.ObjectNew.(*clusterv1alpha1.StatefulCluster)
+		return ok && r.writes.caughtUp(sc)
 	}}
 }
 
@@ -71,7 +77,7 @@ func (r *Reconciler) clustersOfPod(ctx context.Context, pod *corev1.Pod) []recon
 		return nil
 	}
 	var list clusterv1alpha1.StatefulClusterList
-	if err := r.Clusters.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
+	if err := r.Cache.List(ctx, &list, client.InNamespace(pod.Namespace)); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "Failed to list StatefulClusters", "namespace", pod.Namespace)
 		return nil
 	}

@@ -23,8 +23,8 @@ type zonePlanner struct {
 	lost   []string // zones of identities retired in this reconcile, to refill first
 }
 
-func (w *work) newZonePlanner() *zonePlanner {
-	zs := w.sc.Spec.ZoneSpread
+func (s *scope) newZonePlanner() *zonePlanner {
+	zs := s.sc.Spec.ZoneSpread
 	if zs == nil {
 		return nil
 	}
@@ -33,7 +33,7 @@ func (w *work) newZonePlanner() *zonePlanner {
 		key = corev1.LabelTopologyZone
 	}
 	p := &zonePlanner{key: key, counts: map[string]int{}}
-	for _, n := range w.allNodes {
+	for _, n := range s.allNodes {
 		if zone := n.Labels[key]; zone != "" && opsutil.NodeReady(n) {
 			p.counts[zone] += 0
 		}
@@ -41,8 +41,8 @@ func (w *work) newZonePlanner() *zonePlanner {
 	if len(p.counts) == 0 {
 		return nil
 	}
-	for _, m := range w.pods {
-		zone := w.zoneOf(m, key)
+	for _, m := range s.pods {
+		zone := s.zoneOf(m, key)
 		if zone == "" {
 			continue
 		}
@@ -58,7 +58,7 @@ func (w *work) newZonePlanner() *zonePlanner {
 }
 
 // zoneOf returns the zone of a pod: its label, else its node's.
-func (w *work) zoneOf(m *member, key string) string {
+func (s *scope) zoneOf(m *member, key string) string {
 	if m.zone != "" {
 		return m.zone
 	}
@@ -68,7 +68,7 @@ func (w *work) zoneOf(m *member, key string) string {
 	if z := m.pod.Labels[clusterv1alpha1.ZoneLabel]; z != "" {
 		return z
 	}
-	if n := w.nodes[m.pod.Spec.NodeName]; n != nil {
+	if n := s.nodes[m.pod.Spec.NodeName]; n != nil {
 		return n.Labels[key]
 	}
 	return ""
