@@ -11,7 +11,7 @@
 // absolute value, so replaying a write never moves it twice. A check that cannot be evaluated is a
 // failed check.
 //
-// Files: controller.go (setup, reconcile, revision decisions), step.go (the step machine and its
+// Files: setup.go (options, flags, watches), controller.go (reconcile, revision decisions), step.go (the step machine and its
 // checks), adopt_scale.go (adopting a rollout under way, scale-ups during a rollout), finalize.go
 // (deletion), status.go (conditions), secretaccess.go (per-namespace Secret access through
 // RoleBindings), prometheus.go (the Prometheus client), metrics.go.
@@ -24,19 +24,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
@@ -69,115 +62,6 @@ type Reconciler struct {
 	QueryTimeout time.Duration
 	// SecretAccess grants the operator read access to Secrets in a namespace before it reads one.
 	SecretAccess *SecretAccess
-}
-
-// Options adjust Setup for tests.
-type Options struct {
-	// Checker replaces the Prometheus checker.
-	Checker Checker
-	// QueryTimeout bounds one check; zero means 10 seconds.
-	QueryTimeout time.Duration
-	// SecretReaderClusterRole is the ClusterRole bound in the namespaces whose PhasedRollouts name a
-	// credentials Secret; empty means DefaultSecretReaderClusterRole.
-	SecretReaderClusterRole string
-	// Subject is the operator's identity in those RoleBindings; nil means "ask the API server"
-	// (SelfSubjectReview).
-	Subject *rbacv1.Subject
-}
-
-// Setup registers the PhasedRollout controller with the manager, with its defaults.
-func Setup(ctx context.Context, mgr ctrl.Manager) error {
-	return SetupWithOptions(ctx, mgr, Options{})
-}
-
-// SetupWithOptions registers the PhasedRollout controller with the manager. It watches
-// PhasedRollouts (spec changes only: its own status writes do not trigger it), StatefulSets and
-// their pods (mapped to the PhasedRollout whose targetRef names the StatefulSet).
-func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	opsutil.RegisterMetrics(stepsTotal, checksTotal, stepDuration, stepOverhead)
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &rolloutv1alpha1.PhasedRollout{}, indexTarget, func(o client.Object) []string {
-		return []string{o.(*rolloutv1alpha1.PhasedRollout).Spec.TargetRef}
-	}); err != nil {
-		return err
-	}
-	r := &Reconciler{
-		Client:       mgr.GetClient(),
-		APIReader:    mgr.GetAPIReader(),
-		Recorder:     mgr.GetEventRecorder("rollout-operator"),
-		Checker:      opts.Checker,
-		QueryTimeout: opts.QueryTimeout,
-	}
-	if r.Checker == nil {
-		r.Checker = PromChecker{}
-	}
-	if r.QueryTimeout <= 0 {
-		r.QueryTimeout = 10 * time.Second
-	}
-	access := &SecretAccess{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterRole: opts.SecretReaderClusterRole}
-	if access.ClusterRole == "" {
-		access.ClusterRole = DefaultSecretReaderClusterRole
-	}
-	if opts.Subject != nil {
-		access.Subject = *opts.Subject
-	} else {
-		// The manager's client does not read from its cache before it starts, and this one writes.
-		subject, err := Self(ctx, mgr.GetClient())
-		if err != nil {
-			return err
-		}
-		access.Subject = subject
-	}
-	r.SecretAccess = access
-	if err := setupSecretAccess(mgr, access); err != nil {
-		return err
-	}
-	byTarget := func(ctx context.Context, ns, sts string) []reconcile.Request {
-		var list rolloutv1alpha1.PhasedRolloutList
-		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(ns), client.MatchingFields{indexTarget: sts}); err != nil {
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(list.Items))
-		for _, pr := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pr.Namespace, Name: pr.Name}})
-		}
-		return reqs
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("phasedrollout").
-		For(&rolloutv1alpha1.PhasedRollout{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletingPredicate()))).
-		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return byTarget(ctx, o.GetNamespace(), o.GetName())
-		})).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			ref := metav1.GetControllerOf(o)
-			if ref == nil || ref.Kind != "StatefulSet" {
-				return nil
-			}
-			return byTarget(ctx, o.GetNamespace(), ref.Name)
-		}), builder.WithPredicates(podReadinessOrRevisionChanged())).
-		Complete(r)
-}
-
-// deletingPredicate passes updates that set a deletion timestamp (finalizer changes do not bump the
-// generation).
-func deletingPredicate() predicate.Predicate {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return !e.ObjectNew.GetDeletionTimestamp().IsZero()
-	}}
-}
-
-// podReadinessOrRevisionChanged passes pod events that can unblock or block a step.
-func podReadinessOrRevisionChanged() predicate.Predicate {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
-		newPod, ok2 := e.ObjectNew.(*corev1.Pod)
-		if !ok1 || !ok2 {
-			return true
-		}
-		return isReady(oldPod) != isReady(newPod) ||
-			oldPod.Labels[appsv1.ControllerRevisionHashLabelKey] != newPod.Labels[appsv1.ControllerRevisionHashLabelKey] ||
-			!newPod.DeletionTimestamp.IsZero()
-	}}
 }
 
 // Reconcile drives one PhasedRollout one decision further.
