@@ -132,7 +132,7 @@ func podReadinessOrRevisionChanged() predicate.Predicate {
 		if !ok1 || !ok2 {
 			return true
 		}
-		return isReady(oldPod) != isReady(newPod) ||
+		return opsutil.PodReady(oldPod) != opsutil.PodReady(newPod) ||
 			oldPod.Labels[appsv1.ControllerRevisionHashLabelKey] != newPod.Labels[appsv1.ControllerRevisionHashLabelKey] ||
 			!newPod.DeletionTimestamp.IsZero()
 	}}
