@@ -11,11 +11,12 @@
 // absolute value, so replaying a write never moves it twice. A check that cannot be evaluated is a
 // failed check.
 //
-// Files: setup.go (options, flags, watches), reconcile.go (the Reconcile shape, its scope and the
-// revision decisions), controller.go (the partition and the pods), step.go (the step machine and its
-// checks), adopt_scale.go (adopting a rollout under way, scale-ups during a rollout), delete.go
-// (deletion), status.go (conditions), secretaccess.go (per-namespace Secret access through
-// RoleBindings), prometheus.go (the Prometheus client), metrics.go.
+// Files: setup.go (options, flags, watches), reconcile.go (the Reconcile shape and its scope),
+// revisions.go (the decisions on the StatefulSet's revisions), step.go (the step machine and its
+// checks), controller.go (the partition and the pods), adopt_scale.go (adopting a rollout under way,
+// scale-ups during a rollout), delete.go (deletion), status.go (conditions), secretaccess.go
+// (per-namespace Secret access through RoleBindings), prometheus.go (the Prometheus client),
+// metrics.go.
 package controller
 
 import (

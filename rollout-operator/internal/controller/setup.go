@@ -8,7 +8,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -71,27 +70,57 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	if r.QueryTimeout <= 0 {
 		r.QueryTimeout = 10 * time.Second
 	}
+	access, err := newSecretAccess(ctx, mgr, opts)
+	if err != nil {
+		return err
+	}
+	r.SecretAccess = access
+	if err := setupSecretAccess(mgr, access); err != nil {
+		return err
+	}
+	byTarget := rolloutsTargeting(mgr.GetClient())
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("phasedrollout").
+		For(&rolloutv1alpha1.PhasedRollout{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletingPredicate()))).
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return byTarget(ctx, o.GetNamespace(), o.GetName())
+		})).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			sts, ok := opsutil.ControllerOfKind(o, "StatefulSet")
+			if !ok {
+				return nil
+			}
+			return byTarget(ctx, sts.Namespace, sts.Name)
+		}), builder.WithPredicates(podReadinessOrRevisionChanged())).
+		Complete(r)
+}
+
+// newSecretAccess builds the controller's access to credentials Secrets from opts: the ClusterRole to
+// bind and the operator's own identity in the RoleBindings.
+func newSecretAccess(ctx context.Context, mgr ctrl.Manager, opts Options) (*SecretAccess, error) {
 	access := &SecretAccess{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterRole: opts.SecretReaderClusterRole}
 	if access.ClusterRole == "" {
 		access.ClusterRole = DefaultSecretReaderClusterRole
 	}
 	if opts.Subject != nil {
 		access.Subject = *opts.Subject
-	} else {
-		// The manager's client does not read from its cache before it starts, and this one writes.
-		subject, err := Self(ctx, mgr.GetClient())
-		if err != nil {
-			return err
-		}
-		access.Subject = subject
+		return access, nil
 	}
-	r.SecretAccess = access
-	if err := setupSecretAccess(mgr, access); err != nil {
-		return err
+	// The manager's client does not read from its cache before it starts, and this one writes.
+	subject, err := Self(ctx, mgr.GetClient())
+	if err != nil {
+		return nil, err
 	}
-	byTarget := func(ctx context.Context, ns, sts string) []reconcile.Request {
+	access.Subject = subject
+	return access, nil
+}
+
+// rolloutsTargeting returns the requests of the PhasedRollouts whose targetRef names a StatefulSet,
+// from the cache's index (none when the list fails: the next event or resync maps again).
+func rolloutsTargeting(c client.Reader) func(ctx context.Context, ns, sts string) []reconcile.Request {
+	return func(ctx context.Context, ns, sts string) []reconcile.Request {
 		var list rolloutv1alpha1.PhasedRolloutList
-		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(ns), client.MatchingFields{indexTarget: sts}); err != nil {
+		if err := c.List(ctx, &list, client.InNamespace(ns), client.MatchingFields{indexTarget: sts}); err != nil {
 			return nil
 		}
 		reqs := make([]reconcile.Request, 0, len(list.Items))
@@ -100,20 +129,6 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		}
 		return reqs
 	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("phasedrollout").
-		For(&rolloutv1alpha1.PhasedRollout{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletingPredicate()))).
-		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return byTarget(ctx, o.GetNamespace(), o.GetName())
-		})).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			ref := metav1.GetControllerOf(o)
-			if ref == nil || ref.Kind != "StatefulSet" {
-				return nil
-			}
-			return byTarget(ctx, o.GetNamespace(), ref.Name)
-		}), builder.WithPredicates(podReadinessOrRevisionChanged())).
-		Complete(r)
 }
 
 // deletingPredicate passes updates that set a deletion timestamp (finalizer changes do not bump the
