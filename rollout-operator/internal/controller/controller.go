@@ -12,11 +12,11 @@
 // failed check.
 //
 // Files: setup.go (options, flags, watches), reconcile.go (the Reconcile shape and its scope),
-// revisions.go (the decisions on the StatefulSet's revisions), step.go (the step machine and its
-// checks), controller.go (the partition and the pods), adopt_scale.go (adopting a rollout under way,
-// scale-ups during a rollout), delete.go (deletion), status.go (conditions), secretaccess.go
-// (per-namespace Secret access through RoleBindings), prometheus.go (the Prometheus client),
-// metrics.go.
+// revisions.go (the decisions on the StatefulSet's revisions), step.go (the step machine), query.go
+// (a step's check query), controller.go (the partition and the pods), adopt_scale.go (adopting a
+// rollout under way, scale-ups during a rollout), delete.go (deletion), status.go (conditions),
+// secretaccess.go (per-namespace Secret access through RoleBindings), prometheus.go (the Prometheus
+// client), metrics.go.
 package controller
 
 import (
