@@ -58,8 +58,8 @@ func (s *scope) setPhase(phase rolloutv1alpha1.PhasedRolloutPhase, format string
 }
 
 // Reconcile drives one PhasedRollout one decision further: get it from the API server, ensure its
-// finalizer, build the scope, write the status once at the end, and reconcile its deletion or its
-// StatefulSet's partition.
+// finalizer, build the scope, then reconcile its deletion (no status write: the finalizer's removal
+// lets it go) or its StatefulSet's partition, with one status write when that returns (writeStatus).
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (result reconcile.Result, reterr error) {
 	pr := &rolloutv1alpha1.PhasedRollout{}
 	if err := r.APIReader.Get(ctx, req.NamespacedName, pr); err != nil {
