@@ -4,7 +4,6 @@ package main
 import (
 	"context"
 
-	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -20,7 +19,7 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {
-	var opts controller.Options
+	opts := controller.Options{}
 	manager.Main(manager.Options{
 		Name:             "rollout-operator",
 		Short:            "Runs PhasedRollout: StatefulSet updates one pod at a time, gated by Prometheus checks.",
@@ -28,10 +27,7 @@ func main() {
 		Schemes:          []func(*runtime.Scheme) error{rolloutv1alpha1.AddToScheme},
 		// Only StatefulSets' pods in the cache, stripped to what wakes the controller (controller/cache.go).
 		Cache: controller.CacheOptions,
-		Flags: func(fs *pflag.FlagSet) {
-			fs.StringVar(&opts.SecretReaderClusterRole, "secret-reader-cluster-role", controller.DefaultSecretReaderClusterRole,
-				"ClusterRole granting get on Secrets that the operator binds in the namespaces whose PhasedRollouts name a credentials Secret")
-		},
+		Flags: opts.AddFlags,
 		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
 			return controller.SetupWithOptions(ctx, mgr, opts)
 		},

@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,7 +38,9 @@ func TestAdoptsAnInFlightNativeRollout(t *testing.T) {
 	pr := f.waitPhase(rolloutv1alpha1.PhaseRolling)
 	require.NotNil(t, pr.Status.AdoptedPartition)
 	assert.Equal(t, int32(2), *pr.Status.AdoptedPartition)
-	assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventRolloutAdopted)
+	// Events are sent asynchronously after the status write that the phase shows: wait for it.
+	assert.Eventually(t, func() bool { return slices.Contains(f.eventReasons("pr"), rolloutv1alpha1.EventRolloutAdopted) }, wait, tick,
+		"an Event %s about the PhasedRollout", rolloutv1alpha1.EventRolloutAdopted)
 	// Only now does the simulated StatefulSet controller run (it would roll everything at partition 0).
 	log := f.simulateStatefulSetController()
 	require.Eventually(t, func() bool { return len(checker.recorded()) >= 2 }, wait, tick, "checks of the adopted step run")

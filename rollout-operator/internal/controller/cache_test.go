@@ -12,6 +12,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // The cache keeps only StatefulSet pods, and of them what the pod watch reads.
@@ -47,7 +49,7 @@ func TestCacheOptionsKeepSlimStatefulSetPods(t *testing.T) {
 	out, err := byPod.Transform(pod)
 	require.NoError(t, err)
 	slim := out.(*corev1.Pod)
-	assert.True(t, isReady(slim), "readiness is kept")
+	assert.True(t, opsutil.PodReady(slim), "readiness is kept")
 	assert.Equal(t, "web", metav1.GetControllerOf(slim).Name, "the owner is kept")
 	assert.Equal(t, "web-1", slim.Labels[appsv1.ControllerRevisionHashLabelKey], "the revision label is kept")
 	assert.False(t, slim.DeletionTimestamp.IsZero(), "deletion is kept")

@@ -11,10 +11,12 @@
 // absolute value, so replaying a write never moves it twice. A check that cannot be evaluated is a
 // failed check.
 //
-// Files: controller.go (setup, reconcile, revision decisions), step.go (the step machine and its
-// checks), adopt_scale.go (adopting a rollout under way, scale-ups during a rollout), finalize.go
-// (deletion), status.go (conditions), secretaccess.go (per-namespace Secret access through
-// RoleBindings), prometheus.go (the Prometheus client), metrics.go.
+// Files: setup.go (options, flags, watches), reconcile.go (the Reconcile shape and its scope),
+// revisions.go (the decisions on the StatefulSet's revisions), step.go (the step machine), query.go
+// (a step's check query), controller.go (the partition and the pods), adopt_scale.go (adopting a
+// rollout under way, scale-ups during a rollout), delete.go (deletion), status.go (conditions),
+// secretaccess.go (per-namespace Secret access through RoleBindings), prometheus.go (the Prometheus
+// client), metrics.go.
 package controller
 
 import (
@@ -24,20 +26,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
@@ -71,328 +64,9 @@ type Reconciler struct {
 	SecretAccess *SecretAccess
 }
 
-// Options adjust Setup for tests.
-type Options struct {
-	// Checker replaces the Prometheus checker.
-	Checker Checker
-	// QueryTimeout bounds one check; zero means 10 seconds.
-	QueryTimeout time.Duration
-	// SecretReaderClusterRole is the ClusterRole bound in the namespaces whose PhasedRollouts name a
-	// credentials Secret; empty means DefaultSecretReaderClusterRole.
-	SecretReaderClusterRole string
-	// Subject is the operator's identity in those RoleBindings; nil means "ask the API server"
-	// (SelfSubjectReview).
-	Subject *rbacv1.Subject
-}
-
-// Setup registers the PhasedRollout controller with the manager, with its defaults.
-func Setup(ctx context.Context, mgr ctrl.Manager) error {
-	return SetupWithOptions(ctx, mgr, Options{})
-}
-
-// SetupWithOptions registers the PhasedRollout controller with the manager. It watches
-// PhasedRollouts (spec changes only: its own status writes do not trigger it), StatefulSets and
-// their pods (mapped to the PhasedRollout whose targetRef names the StatefulSet).
-func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
-	opsutil.RegisterMetrics(stepsTotal, checksTotal, stepDuration, stepOverhead)
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &rolloutv1alpha1.PhasedRollout{}, indexTarget, func(o client.Object) []string {
-		return []string{o.(*rolloutv1alpha1.PhasedRollout).Spec.TargetRef}
-	}); err != nil {
-		return err
-	}
-	r := &Reconciler{
-		Client:       mgr.GetClient(),
-		APIReader:    mgr.GetAPIReader(),
-		Recorder:     mgr.GetEventRecorder("rollout-operator"),
-		Checker:      opts.Checker,
-		QueryTimeout: opts.QueryTimeout,
-	}
-	if r.Checker == nil {
-		r.Checker = PromChecker{}
-	}
-	if r.QueryTimeout <= 0 {
-		r.QueryTimeout = 10 * time.Second
-	}
-	access := &SecretAccess{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterRole: opts.SecretReaderClusterRole}
-	if access.ClusterRole == "" {
-		access.ClusterRole = DefaultSecretReaderClusterRole
-	}
-	if opts.Subject != nil {
-		access.Subject = *opts.Subject
-	} else {
-		// The manager's client does not read from its cache before it starts, and this one writes.
-		subject, err := Self(ctx, mgr.GetClient())
-		if err != nil {
-			return err
-		}
-		access.Subject = subject
-	}
-	r.SecretAccess = access
-	if err := setupSecretAccess(mgr, access); err != nil {
-		return err
-	}
-	byTarget := func(ctx context.Context, ns, sts string) []reconcile.Request {
-		var list rolloutv1alpha1.PhasedRolloutList
-		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(ns), client.MatchingFields{indexTarget: sts}); err != nil {
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(list.Items))
-		for _, pr := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pr.Namespace, Name: pr.Name}})
-		}
-		return reqs
-	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("phasedrollout").
-		For(&rolloutv1alpha1.PhasedRollout{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletingPredicate()))).
-		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return byTarget(ctx, o.GetNamespace(), o.GetName())
-		})).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			ref := metav1.GetControllerOf(o)
-			if ref == nil || ref.Kind != "StatefulSet" {
-				return nil
-			}
-			return byTarget(ctx, o.GetNamespace(), ref.Name)
-		}), builder.WithPredicates(podReadinessOrRevisionChanged())).
-		Complete(r)
-}
-
-// deletingPredicate passes updates that set a deletion timestamp (finalizer changes do not bump the
-// generation).
-func deletingPredicate() predicate.Predicate {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return !e.ObjectNew.GetDeletionTimestamp().IsZero()
-	}}
-}
-
-// podReadinessOrRevisionChanged passes pod events that can unblock or block a step.
-func podReadinessOrRevisionChanged() predicate.Predicate {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
-		newPod, ok2 := e.ObjectNew.(*corev1.Pod)
-		if !ok1 || !ok2 {
-			return true
-		}
-		return isReady(oldPod) != isReady(newPod) ||
-			oldPod.Labels[appsv1.ControllerRevisionHashLabelKey] != newPod.Labels[appsv1.ControllerRevisionHashLabelKey] ||
-			!newPod.DeletionTimestamp.IsZero()
-	}}
-}
-
-// Reconcile drives one PhasedRollout one decision further.
-func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	pr := &rolloutv1alpha1.PhasedRollout{}
-	if err := r.APIReader.Get(ctx, req.NamespacedName, pr); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if !pr.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, r.finalize(ctx, pr)
-	}
-	if _, err := opsutil.EnsureFinalizer(ctx, r.Client, pr, rolloutv1alpha1.Finalizer); err != nil {
-		return reconcile.Result{}, err
-	}
-	orig := pr.DeepCopy()
-	s := &scope{pr: pr, now: time.Now()}
-	result, err := r.reconcileNormal(ctx, s)
-	if err != nil {
-		pr.Status.LastError = err.Error()
-		if apierrors.IsConflict(err) {
-			return reconcile.Result{}, err
-		}
-	}
-	pr.Status.ObservedGeneration = pr.Generation
-	setConditions(pr)
-	// Written only when it changed (an idle rollout makes no API writes at rest), under an optimistic
-	// lock: the partition decision recorded in it depends on the state read.
-	if _, serr := opsutil.PatchStatus(ctx, r.Client, pr, orig, opsutil.WithOptimisticLock()); serr != nil {
-		if err == nil {
-			err = serr
-		}
-		return reconcile.Result{}, err
-	}
-	for _, e := range s.events {
-		r.Recorder.Eventf(e.regarding, nil, e.kind, e.reason, e.reason, "%s", e.note)
-	}
-	r.waitingEvents(s, orig)
-	if s.overheadStart != nil {
-		stepOverhead.Observe(time.Since(*s.overheadStart).Seconds())
-	}
-	return result, err
-}
-
-// scope is one reconcile's state: the PhasedRollout being changed and the Events to record once
-// its status is written.
-type scope struct {
-	pr            *rolloutv1alpha1.PhasedRollout
-	sts           *appsv1.StatefulSet
-	now           time.Time
-	events        []pendingEvent
-	overheadStart *time.Time
-}
-
-type pendingEvent struct {
-	regarding client.Object
-	kind      string
-	reason    string
-	note      string
-}
-
-func (s *scope) event(regarding client.Object, kind, reason, format string, args ...any) {
-	s.events = append(s.events, pendingEvent{regarding: regarding, kind: kind, reason: reason, note: fmt.Sprintf(format, args...)})
-}
-
-// setPhase sets the phase and its message.
-func (s *scope) setPhase(phase rolloutv1alpha1.PhasedRolloutPhase, format string, args ...any) {
-	s.pr.Status.Phase = phase
-	s.pr.Status.Message = fmt.Sprintf(format, args...)
-}
-
-// skipCheck reports whether skipCheck or its alias standardRollingUpdate is true.
-func skipCheck(pr *rolloutv1alpha1.PhasedRollout) bool {
-	return ptr.Deref(pr.Spec.SkipCheck, false) || ptr.Deref(pr.Spec.StandardRollingUpdate, false)
-}
-
-// reconcileNormal decides what the StatefulSet's partition must be and runs the current step.
-func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.Result, error) {
-	pr := s.pr
-	sts := &appsv1.StatefulSet{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: pr.Spec.TargetRef}, sts); err != nil {
-		if apierrors.IsNotFound(err) {
-			s.setPhase(rolloutv1alpha1.PhaseErrorSTSNotFound, "StatefulSet %s not found in namespace %s", pr.Spec.TargetRef, pr.Namespace)
-			pr.Status.RollingPodStatus = nil
-			pr.Status.LastError = ""
-			return reconcile.Result{}, nil
-		}
-		return reconcile.Result{}, fmt.Errorf("reading StatefulSet %s: %w", pr.Spec.TargetRef, err)
-	}
-	s.sts = sts
-	if owner, ok := sts.Annotations[rolloutv1alpha1.ManagedByAnnotation]; ok && owner != pr.Name {
-		s.setPhase(rolloutv1alpha1.PhaseErrorCannotManage, "StatefulSet %s is managed by PhasedRollout %s", sts.Name, owner)
-		pr.Status.RollingPodStatus = nil
-		return reconcile.Result{}, nil
-	}
-	if sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
-		if pr.Status.Phase != rolloutv1alpha1.PhaseErrorCannotManage {
-			s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventCannotManage, "StatefulSet %s has updateStrategy OnDelete; only RollingUpdate can be managed", sts.Name)
-		}
-		s.setPhase(rolloutv1alpha1.PhaseErrorCannotManage, "StatefulSet %s has updateStrategy OnDelete; set it to RollingUpdate to manage it", sts.Name)
-		pr.Status.RollingPodStatus = nil
-		return reconcile.Result{}, nil
-	}
-	replicas := ptr.Deref(sts.Spec.Replicas, 1)
-	pr.Status.CurrentRevision = sts.Status.CurrentRevision
-	if skipCheck(pr) {
-		if err := r.applyPartition(ctx, pr, sts, 0, true); err != nil {
-			return reconcile.Result{}, err
-		}
-		if pr.Status.Phase != rolloutv1alpha1.PhaseSuspended {
-			s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventSuspended, "skipCheck is true: the normal rolling update of StatefulSet %s is resumed (partition 0)", sts.Name)
-		}
-		s.setPhase(rolloutv1alpha1.PhaseSuspended, "skipCheck is true: the StatefulSet rolls without checks")
-		pr.Status.RollingPodStatus = nil
-		pr.Status.LastError = ""
-		return reconcile.Result{}, nil
-	}
-	if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" {
-		// The StatefulSet controller has not yet computed the revisions of the latest spec.
-		return reconcile.Result{RequeueAfter: time.Second}, r.holdIfNew(ctx, s, replicas)
-	}
-	target := sts.Status.UpdateRevision
-	inRollout := pr.Status.UpdateRevision == target &&
-		(pr.Status.Phase == rolloutv1alpha1.PhaseRolling || pr.Status.Phase == rolloutv1alpha1.PhaseVerifying)
-	prevReplicas := pr.Status.Replicas
-	pr.Status.Replicas = ptr.To(replicas)
-	if prevReplicas != nil && replicas > *prevReplicas && pr.Status.UpdateRevision == target && sts.Status.CurrentRevision != target &&
-		(inRollout || pr.Status.Phase == rolloutv1alpha1.PhaseFailed) {
-		if err := r.scaledUp(ctx, s, *prevReplicas, replicas); err != nil {
-			return reconcile.Result{}, err
-		}
-	}
-	switch {
-	case inRollout:
-		return r.step(ctx, s, replicas)
-	case pr.Status.UpdateRevision == target && pr.Status.Phase == rolloutv1alpha1.PhaseFailed && sts.Status.CurrentRevision != target:
-		if pr.Status.ObservedGeneration == pr.Generation {
-			// Stay stopped; the partition stays where it is. Editing the PhasedRollout retries.
-			return reconcile.Result{}, nil
-		}
-		s.setPhase(rolloutv1alpha1.PhaseRolling, "retrying after the PhasedRollout was changed")
-		pr.Status.RolloutEndTime = nil
-		pr.Status.RollingPodStatus = nil
-		return r.step(ctx, s, replicas)
-	case sts.Status.CurrentRevision != target:
-		// A new revision (or a second update during a rollout): start over from the highest ordinal,
-		// so no pod moves to the newest revision unchecked. A PhasedRollout created during a rollout
-		// the StatefulSet controller already started freezes it where it is instead.
-		partition := replicas
-		if pr.Status.Phase == "" {
-			adopted, err := r.adoptablePartition(ctx, sts, replicas, target)
-			if err != nil {
-				return reconcile.Result{}, err
-			}
-			if adopted < replicas {
-				partition = adopted
-				pr.Status.AdoptedPartition = ptr.To(adopted)
-				s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventRolloutAdopted,
-					"StatefulSet %s was already rolling to revision %s: the pods from ordinal index %d up were rolled without checks before this PhasedRollout existed; the partition is frozen at %d and every further step is checked",
-					sts.Name, target, adopted, adopted)
-			}
-		}
-		if err := r.applyPartition(ctx, pr, sts, partition, true); err != nil {
-			return reconcile.Result{}, err
-		}
-		pr.Status.UpdateRevision = target
-		pr.Status.RolloutStartTime = ptr.To(metav1.NewTime(s.now))
-		pr.Status.RolloutEndTime = nil
-		pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(partition)}
-		pr.Status.LastQueryResult = ""
-		pr.Status.LastError = ""
-		s.setPhase(rolloutv1alpha1.PhaseRolling, "rolling StatefulSet %s to revision %s", sts.Name, target)
-		s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventRolloutStarted, "rolling StatefulSet %s from revision %s to %s, one pod at a time", sts.Name, sts.Status.CurrentRevision, target)
-		return r.step(ctx, s, replicas)
-	case !podsAllOn(ctx, r, sts, target):
-		// The template went back to the current revision (a rollback, or a revert by the user): the
-		// pods at or above the partition return to the revision every pod ran before, which needs no
-		// check. Keep the partition until they are back.
-		pr.Status.UpdateRevision = target
-		pr.Status.RollingPodStatus = nil
-		if pr.Status.Phase != rolloutv1alpha1.PhaseFailed {
-			// Not Rolling: no check is needed and the partition must not move down.
-			s.setPhase(rolloutv1alpha1.PhaseReady, "pods are returning to revision %s; the partition is held until they are back", target)
-		}
-		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
-	default:
-		// Idle: every pod is on the current revision; hold the partition at replicas (written only when
-		// it is not held yet, so an idle rollout makes no API writes at rest).
-		if !partitionHeld(sts, pr, replicas) {
-			if err := r.applyPartition(ctx, pr, sts, replicas, true); err != nil {
-				return reconcile.Result{}, err
-			}
-		}
-		// Failed stays visible until a retry or a new revision; Updated until a new revision.
-		if pr.Status.Phase != rolloutv1alpha1.PhaseFailed && (pr.Status.Phase != rolloutv1alpha1.PhaseUpdated || pr.Status.UpdateRevision != target) {
-			s.setPhase(rolloutv1alpha1.PhaseReady, "idle: partition held at %d, waiting for a new revision", replicas)
-		}
-		pr.Status.UpdateRevision = target
-		pr.Status.RollingPodStatus = nil
-		pr.Status.LastError = ""
-		return reconcile.Result{}, nil
-	}
-}
-
-// holdIfNew freezes a StatefulSet that is not yet managed (partition = replicas) before its
-// revisions are known, so that nothing rolls unchecked meanwhile.
-func (r *Reconciler) holdIfNew(ctx context.Context, s *scope, replicas int32) error {
-	if s.pr.Status.Phase == "" {
-		return r.applyPartition(ctx, s.pr, s.sts, replicas, true)
-	}
-	return nil
-}
-
 // podsAllOn reports whether every pod of the StatefulSet is on revision rev (a rollout that ended
 // outside the operator's sight, e.g. a revert to the current revision).
-func podsAllOn(ctx context.Context, r *Reconciler, sts *appsv1.StatefulSet, rev string) bool {
+func (r *Reconciler) podsAllOn(ctx context.Context, sts *appsv1.StatefulSet, rev string) bool {
 	pods, err := r.pods(ctx, sts)
 	if err != nil {
 		return false
@@ -425,27 +99,13 @@ func (r *Reconciler) pods(ctx context.Context, sts *appsv1.StatefulSet) (map[str
 	return pods, nil
 }
 
-// isReady reports the pod's Ready condition.
-func isReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // available reports whether the pod is Ready since at least minReady and not being deleted.
 func available(p *corev1.Pod, minReady time.Duration, now time.Time) bool {
 	if !p.DeletionTimestamp.IsZero() {
 		return false
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue && (minReady == 0 || !c.LastTransitionTime.Add(minReady).After(now))
-		}
-	}
-	return false
+	c := opsutil.PodReadyCondition(p)
+	return c != nil && c.Status == corev1.ConditionTrue && (minReady == 0 || !c.LastTransitionTime.Add(minReady).After(now))
 }
 
 // partitionHeld reports whether the StatefulSet already has the partition and names pr as its manager.

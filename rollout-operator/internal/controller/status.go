@@ -40,8 +40,8 @@ func setConditions(pr *rolloutv1alpha1.PhasedRollout) {
 // cannot manage it, failed) unless this reconcile already announced the change, and each step that
 // waits on a pod (to be updated and Ready, every pod available, the initial delay, the checks, a check
 // that could not be evaluated).
-func (r *Reconciler) waitingEvents(s *scope, orig *rolloutv1alpha1.PhasedRollout) {
-	pr := s.pr
+func (r *Reconciler) waitingEvents(s *scope) {
+	pr, orig := s.pr, s.orig
 	if r.stepEvent(pr, orig) || len(s.events) > 0 {
 		return
 	}

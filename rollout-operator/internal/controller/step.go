@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -24,10 +22,27 @@ import (
 
 // step runs the current rollout step: wait for the rolled pod, for all pods, for the delay, then
 // check; move the partition after successThreshold consecutive passes.
-func (r *Reconciler) step(ctx context.Context, s *scope, replicas int32) (reconcile.Result, error) {
-	pr, sts := s.pr, s.sts
-	check := pr.Spec.Check
-	partition := int32(0) // an unset partition is 0
+func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, error) {
+	partition, ordinal := beginStep(s)
+	ready, err := r.podsReadyForCheck(ctx, s, partition)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !ready {
+		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
+	}
+	if wait := checkWait(s); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	return r.runCheck(ctx, s, partition, ordinal)
+}
+
+// beginStep finds the step of the StatefulSet's partition (a new one, with no passes, when the status
+// records another), the pod its checks judge and the phase, and returns the partition and that pod's
+// ordinal.
+func beginStep(s *scope) (partition, ordinal int32) {
+	pr, sts, replicas := s.pr, s.sts, s.replicas
+	partition = 0 // an unset partition is 0
 	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
 		partition = min(*ru.Partition, replicas)
 	}
@@ -44,8 +59,8 @@ func (r *Reconciler) step(ctx context.Context, s *scope, replicas int32) (reconc
 	}
 	// The pod the checks judge: the one rolled by the last partition move, or, before the first
 	// move, the first one to roll.
-	index := max(min(partition, replicas-1), 0)
-	st.Pod = fmt.Sprintf("%s-%d", sts.Name, start+index)
+	ordinal = start + max(min(partition, replicas-1), 0)
+	st.Pod = fmt.Sprintf("%s-%d", sts.Name, ordinal)
 	if partition == 0 {
 		pr.Status.Phase = rolloutv1alpha1.PhaseVerifying
 		pr.Status.Message = fmt.Sprintf("every pod is on revision %s; verifying the last pod %s", pr.Status.UpdateRevision, st.Pod)
@@ -53,22 +68,29 @@ func (r *Reconciler) step(ctx context.Context, s *scope, replicas int32) (reconc
 		pr.Status.Phase = rolloutv1alpha1.PhaseRolling
 		pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts.Name, pr.Status.UpdateRevision, partition)
 	}
+	return partition, ordinal
+}
 
-	pods, err := r.pods(ctx, sts)
+// podsReadyForCheck reads the StatefulSet's pods from the API server (never the cache: a check must
+// not judge a pod that is not there yet) and reports whether the rolled pod runs the update revision
+// and every pod is available; while not, the step waits with its analysis reset.
+func (r *Reconciler) podsReadyForCheck(ctx context.Context, s *scope, partition int32) (bool, error) {
+	pr, st := s.pr, s.pr.Status.RollingPodStatus
+	pods, err := r.pods(ctx, s.sts)
 	if err != nil {
-		return reconcile.Result{}, err
+		return false, err
 	}
-	minReady := time.Duration(sts.Spec.MinReadySeconds) * time.Second
+	minReady := time.Duration(s.sts.Spec.MinReadySeconds) * time.Second
 	resetAnalysis := func(state rolloutv1alpha1.RollingPodState) {
 		st.Status = state
 		st.AnalisysStartTime = nil
 		st.ConsecutiveSuccessfulChecks = 0
 	}
-	if partition < replicas {
+	if partition < s.replicas {
 		p, ok := pods[st.Pod]
 		if !ok || p.Labels[appsv1.ControllerRevisionHashLabelKey] != pr.Status.UpdateRevision || !available(p, minReady, s.now) {
 			resetAnalysis(rolloutv1alpha1.StepWaitForPodToBeUpdated)
-			return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
+			return false, nil
 		}
 	}
 	availableCount := int32(0)
@@ -77,17 +99,24 @@ func (r *Reconciler) step(ctx context.Context, s *scope, replicas int32) (reconc
 			availableCount++
 		}
 	}
-	if availableCount < replicas {
+	if availableCount < s.replicas {
 		resetAnalysis(rolloutv1alpha1.StepWaitForAllPodsToBeAvailable)
-		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
+		return false, nil
 	}
+	return true, nil
+}
+
+// checkWait returns how long the step still waits before its next check: the initial delay (which
+// starts when the pods are ready), then periodSeconds since the last check; zero when a check is due.
+func checkWait(s *scope) time.Duration {
+	check, st := s.pr.Spec.Check, s.pr.Status.RollingPodStatus
 	if st.AnalisysStartTime == nil {
 		delay := time.Duration(ptr.Deref(check.InitialDelaySeconds, 60)) * time.Second
 		st.AnalisysStartTime = ptr.To(metav1.NewTime(ceilSecond(s.now.Add(delay))))
 	}
 	if wait := st.AnalisysStartTime.Sub(s.now); wait > 0 {
 		st.Status = rolloutv1alpha1.StepWaitForInitialDelay
-		return reconcile.Result{RequeueAfter: wait}, nil
+		return wait
 	}
 	period := time.Duration(max(check.PeriodSeconds, 1)) * time.Second
 	if st.LastCheckTime != nil {
@@ -95,21 +124,31 @@ func (r *Reconciler) step(ctx context.Context, s *scope, replicas int32) (reconc
 			if st.Status != rolloutv1alpha1.StepPrometheusError {
 				st.Status = rolloutv1alpha1.StepWaitForChecks
 			}
-			return reconcile.Result{RequeueAfter: wait}, nil
+			return wait
 		}
 	}
-	return r.runCheck(ctx, s, replicas, partition, start+index)
+	return 0
 }
 
-// runCheck runs one check of the current step and acts on its result.
-func (r *Reconciler) runCheck(ctx context.Context, s *scope, replicas, partition, ordinal int32) (reconcile.Result, error) {
-	pr, sts, st := s.pr, s.sts, s.pr.Status.RollingPodStatus
-	check := pr.Spec.Check
-	threshold := max(check.SuccessThreshold, 1)
-	period := time.Duration(max(check.PeriodSeconds, 1)) * time.Second
-
+// runCheck runs one check of the current step and acts on its result: the step passes after
+// successThreshold passes in a row, fails after maxTries, or checks again after periodSeconds.
+func (r *Reconciler) runCheck(ctx context.Context, s *scope, partition, ordinal int32) (reconcile.Result, error) {
+	check := s.pr.Spec.Check
 	res := r.check(ctx, s, ordinal)
 	checkedAt := time.Now()
+	st := recordCheck(s.pr, res, checkedAt)
+	if st.ConsecutiveSuccessfulChecks >= max(check.SuccessThreshold, 1) {
+		return r.stepPassed(ctx, s, partition, checkedAt)
+	}
+	if check.MaxTries != nil && st.TotalChecks >= *check.MaxTries {
+		return r.fail(ctx, s, partition)
+	}
+	return reconcile.Result{RequeueAfter: time.Duration(max(check.PeriodSeconds, 1)) * time.Second}, nil
+}
+
+// recordCheck counts a check's result in the step's status and the metrics, and returns the step.
+func recordCheck(pr *rolloutv1alpha1.PhasedRollout, res CheckResult, checkedAt time.Time) *rolloutv1alpha1.RollingPodStatus {
+	st := pr.Status.RollingPodStatus
 	checksTotal.WithLabelValues(pr.Namespace, pr.Name, res.Verdict.String()).Inc()
 	st.LastCheckTime = ptr.To(metav1.NewTime(ceilSecond(checkedAt)))
 	st.TotalChecks++
@@ -119,89 +158,53 @@ func (r *Reconciler) runCheck(ctx context.Context, s *scope, replicas, partition
 		st.ConsecutiveFailedChecks = 0
 		st.Status = rolloutv1alpha1.StepWaitForChecks
 		pr.Status.LastError = ""
+		return st
+	}
+	st.ConsecutiveSuccessfulChecks = 0
+	st.ConsecutiveFailedChecks++
+	st.TotalFailedChecks++
+	st.Status = rolloutv1alpha1.StepWaitForChecks
+	if res.Verdict == VerdictError {
+		st.Status = rolloutv1alpha1.StepPrometheusError
+		pr.Status.LastError = res.Message
+		pr.Status.LastQueryResult = "check not evaluated (counts as failed): " + res.Message
 	} else {
-		st.ConsecutiveSuccessfulChecks = 0
-		st.ConsecutiveFailedChecks++
-		st.TotalFailedChecks++
-		st.Status = rolloutv1alpha1.StepWaitForChecks
-		if res.Verdict == VerdictError {
-			st.Status = rolloutv1alpha1.StepPrometheusError
-			pr.Status.LastError = res.Message
-			pr.Status.LastQueryResult = "check not evaluated (counts as failed): " + res.Message
-		} else {
-			pr.Status.LastError = ""
-		}
+		pr.Status.LastError = ""
 	}
-
-	if st.ConsecutiveSuccessfulChecks >= threshold {
-		stepsTotal.WithLabelValues(pr.Namespace, pr.Name).Inc()
-		if st.AnalisysStartTime != nil {
-			stepDuration.WithLabelValues(pr.Namespace, pr.Name).Observe(checkedAt.Sub(st.AnalisysStartTime.Time).Seconds())
-		}
-		if partition == 0 {
-			pr.Status.Phase = rolloutv1alpha1.PhaseUpdated
-			pr.Status.Message = fmt.Sprintf("StatefulSet %s is on revision %s and its last pod passed its checks", sts.Name, pr.Status.UpdateRevision)
-			pr.Status.RolloutEndTime = ptr.To(metav1.NewTime(checkedAt))
-			pr.Status.RollingPodStatus = nil
-			s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventRolloutCompleted, "StatefulSet %s rolled to revision %s; every step passed its checks", sts.Name, pr.Status.UpdateRevision)
-			if sts.Status.CurrentRevision == pr.Status.UpdateRevision {
-				// Idle again: hold the partition at replicas (otherwise the next event does it).
-				return reconcile.Result{}, r.applyPartition(ctx, pr, sts, replicas, true)
-			}
-			return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
-		}
-		next := partition - 1
-		if err := r.applyPartition(ctx, pr, sts, next, true); err != nil {
-			return reconcile.Result{}, err
-		}
-		s.overheadStart = &checkedAt
-		pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{
-			Partition: ptr.To(next),
-			Status:    rolloutv1alpha1.StepWaitForPodToBeUpdated,
-		}
-		pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts.Name, pr.Status.UpdateRevision, next)
-		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
-	}
-	if check.MaxTries != nil && st.TotalChecks >= *check.MaxTries {
-		return r.fail(ctx, s, partition)
-	}
-	return reconcile.Result{RequeueAfter: period}, nil
+	return st
 }
 
-// check builds the query of the current step and runs it.
-func (r *Reconciler) check(ctx context.Context, s *scope, ordinal int32) CheckResult {
-	pr := s.pr
-	q := pr.Spec.Check.Query
-	if q == nil {
-		return CheckResult{Verdict: VerdictError, Message: "spec.check.query is not set"}
+// stepPassed ends a step whose checks passed: the partition moves down by one (a new step starts), or,
+// at partition 0, the rollout is complete (phase Updated).
+func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, checkedAt time.Time) (reconcile.Result, error) {
+	pr, sts, st := s.pr, s.sts, s.pr.Status.RollingPodStatus
+	stepsTotal.WithLabelValues(pr.Namespace, pr.Name).Inc()
+	if st.AnalisysStartTime != nil {
+		stepDuration.WithLabelValues(pr.Namespace, pr.Name).Observe(checkedAt.Sub(st.AnalisysStartTime.Time).Seconds())
 	}
-	query := Query{
-		URL:                q.URL,
-		Expr:               expandQuery(q.Expr, pr.Namespace, s.sts.Name, pr.Status.RollingPodStatus.Pod, ordinal, pr.Status.UpdateRevision),
-		InsecureSkipVerify: q.InsecureSkipVerify,
-		SuccessWhen:        pr.Spec.Check.SuccessWhen,
-		Timeout:            r.QueryTimeout,
-	}
-	if q.SecretRef != "" {
-		if r.SecretAccess != nil {
-			if err := r.SecretAccess.Ensure(ctx, pr.Namespace); err != nil {
-				return CheckResult{Verdict: VerdictError, Message: fmt.Sprintf("granting the operator read access to Secret %s (check.query.secretRef): %v", q.SecretRef, err)}
-			}
+	if partition == 0 {
+		pr.Status.Phase = rolloutv1alpha1.PhaseUpdated
+		pr.Status.Message = fmt.Sprintf("StatefulSet %s is on revision %s and its last pod passed its checks", sts.Name, pr.Status.UpdateRevision)
+		pr.Status.RolloutEndTime = ptr.To(metav1.NewTime(checkedAt))
+		pr.Status.RollingPodStatus = nil
+		s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventRolloutCompleted, "StatefulSet %s rolled to revision %s; every step passed its checks", sts.Name, pr.Status.UpdateRevision)
+		if sts.Status.CurrentRevision == pr.Status.UpdateRevision {
+			// Idle again: hold the partition at replicas (otherwise the next event does it).
+			return reconcile.Result{}, r.applyPartition(ctx, pr, sts, s.replicas, true)
 		}
-		secret := &corev1.Secret{}
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: q.SecretRef}, secret); err != nil {
-			msg := fmt.Sprintf("reading Secret %s (check.query.secretRef): %v", q.SecretRef, err)
-			s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventPrometheusConfigError, "%s", msg)
-			return CheckResult{Verdict: VerdictError, Message: msg}
-		}
-		query.Token = string(secret.Data[rolloutv1alpha1.SecretKeyToken])
-		query.Username = string(secret.Data[rolloutv1alpha1.SecretKeyUsername])
-		query.Password = string(secret.Data[rolloutv1alpha1.SecretKeyPassword])
+		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
 	}
-	if _, err := NormalizeURL(q.URL); err != nil {
-		s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventPrometheusConfigError, "%v", err)
+	next := partition - 1
+	if err := r.applyPartition(ctx, pr, sts, next, true); err != nil {
+		return reconcile.Result{}, err
 	}
-	return r.Checker.Check(ctx, query)
+	s.overheadStart = &checkedAt
+	pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{
+		Partition: ptr.To(next),
+		Status:    rolloutv1alpha1.StepWaitForPodToBeUpdated,
+	}
+	pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts.Name, pr.Status.UpdateRevision, next)
+	return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
 }
 
 // ceilSecond rounds t up to the second. Status times are serialised with a one-second precision; a
@@ -212,18 +215,6 @@ func ceilSecond(t time.Time) time.Time {
 		return r.Add(time.Second)
 	}
 	return t
-}
-
-// expandQuery substitutes the placeholders {{namespace}}, {{statefulset}}, {{pod}}, {{ordinal}} and
-// {{revision}} of a query.
-func expandQuery(expr, namespace, sts, pod string, ordinal int32, revision string) string {
-	return strings.NewReplacer(
-		"{{namespace}}", namespace,
-		"{{statefulset}}", sts,
-		"{{pod}}", pod,
-		"{{ordinal}}", strconv.Itoa(int(ordinal)),
-		"{{revision}}", revision,
-	).Replace(expr)
 }
 
 // fail stops the rollout after maxTries: phase Failed, Event, partition unchanged; with onFailure

@@ -14,10 +14,12 @@ import (
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
-// finalize hands the StatefulSet back when the PhasedRollout is deleted: when idle the partition
-// goes to 0 (the normal rolling update resumes); mid-rollout the partition stays, so no pod is
-// released unchecked, and an Event on the StatefulSet says so.
-func (r *Reconciler) finalize(ctx context.Context, pr *rolloutv1alpha1.PhasedRollout) error {
+// reconcileDelete hands the StatefulSet back when the PhasedRollout is deleted: when idle the
+// partition goes to 0 (the normal rolling update resumes); mid-rollout the partition stays, so no pod
+// is released unchecked, and an Event on the StatefulSet says so. Then the finalizer goes; the status
+// is not written.
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
+	pr := s.pr
 	if !controllerutil.ContainsFinalizer(pr, rolloutv1alpha1.Finalizer) {
 		return nil
 	}

@@ -1,0 +1,201 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
+)
+
+// scope is what one reconcile of a PhasedRollout reads and decides: the object (whose status is written
+// once when Reconcile returns) and its status as read, the StatefulSet and its replicas as read from the
+// API server, and the Events to record once the status is written.
+type scope struct {
+	pr   *rolloutv1alpha1.PhasedRollout
+	orig *rolloutv1alpha1.PhasedRollout // as read (after the finalizer was added): the status patch's base
+	// deleting: the PhasedRollout is being deleted; its status is not written (the finalizer goes).
+	deleting bool
+	now      time.Time
+	sts      *appsv1.StatefulSet // nil until readTarget found it
+	replicas int32               // sts's spec.replicas (default 1)
+	events   []pendingEvent
+	// overheadStart is when the last passing check of a step ended, set when the step moved the
+	// partition: the status write ends the step's overhead (stepOverhead).
+	overheadStart *time.Time
+}
+
+type pendingEvent struct {
+	regarding client.Object
+	kind      string
+	reason    string
+	note      string
+}
+
+// newScope starts the scope of one reconcile of pr.
+func newScope(pr *rolloutv1alpha1.PhasedRollout, now time.Time) *scope {
+	return &scope{pr: pr, orig: pr.DeepCopy(), deleting: !pr.DeletionTimestamp.IsZero(), now: now}
+}
+
+// event buffers an Event until the status is written, so that no Event announces a decision the API
+// server refused.
+func (s *scope) event(regarding client.Object, kind, reason, format string, args ...any) {
+	s.events = append(s.events, pendingEvent{regarding: regarding, kind: kind, reason: reason, note: fmt.Sprintf(format, args...)})
+}
+
+// setPhase sets the phase and its message.
+func (s *scope) setPhase(phase rolloutv1alpha1.PhasedRolloutPhase, format string, args ...any) {
+	s.pr.Status.Phase = phase
+	s.pr.Status.Message = fmt.Sprintf(format, args...)
+}
+
+// Reconcile drives one PhasedRollout one decision further: get it from the API server, ensure its
+// finalizer, build the scope, then reconcile its deletion (no status write: the finalizer's removal
+// lets it go) or its StatefulSet's partition, with one status write when that returns (writeStatus).
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (result reconcile.Result, reterr error) {
+	pr := &rolloutv1alpha1.PhasedRollout{}
+	if err := r.APIReader.Get(ctx, req.NamespacedName, pr); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if pr.DeletionTimestamp.IsZero() {
+		if _, err := opsutil.EnsureFinalizer(ctx, r.Client, pr, rolloutv1alpha1.Finalizer); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	s := newScope(pr, time.Now())
+	if s.deleting {
+		return reconcile.Result{}, r.reconcileDelete(ctx, s)
+	}
+	defer func() {
+		result, reterr = r.writeStatus(ctx, s, result, reterr)
+	}()
+	return r.reconcileNormal(ctx, s)
+}
+
+// writeStatus ends a reconcile that did not delete: it records err in the status, writes the status
+// (only when it changed, so an idle rollout makes no API writes at rest, and under an optimistic lock:
+// the partition decision recorded in it depends on the state read), and only then records the
+// buffered Events, the waiting Events and the step's overhead. A Conflict writes nothing: the next
+// reconcile reads anew and decides again.
+func (r *Reconciler) writeStatus(ctx context.Context, s *scope, result reconcile.Result, err error) (reconcile.Result, error) {
+	pr := s.pr
+	if err != nil {
+		pr.Status.LastError = err.Error()
+		if apierrors.IsConflict(err) {
+			return reconcile.Result{}, err
+		}
+	}
+	pr.Status.ObservedGeneration = pr.Generation
+	setConditions(pr)
+	if _, serr := opsutil.PatchStatus(ctx, r.Client, pr, s.orig, opsutil.WithOptimisticLock()); serr != nil {
+		if err == nil {
+			err = serr
+		}
+		return reconcile.Result{}, err
+	}
+	for _, e := range s.events {
+		r.Recorder.Eventf(e.regarding, nil, e.kind, e.reason, e.reason, "%s", e.note)
+	}
+	r.waitingEvents(s)
+	if s.overheadStart != nil {
+		stepOverhead.Observe(time.Since(*s.overheadStart).Seconds())
+	}
+	return result, err
+}
+
+// reconcileNormal decides what the StatefulSet's partition must be and runs the current step: read the
+// StatefulSet, refuse one it cannot manage, let it roll freely under skipCheck, hold a new one until its
+// revisions are known, then act on its revisions.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if found, err := r.readTarget(ctx, s); err != nil || !found {
+		return reconcile.Result{}, err
+	}
+	if cannotManage(s) {
+		return reconcile.Result{}, nil
+	}
+	s.pr.Status.CurrentRevision = s.sts.Status.CurrentRevision
+	if skipCheck(s.pr) {
+		return reconcile.Result{}, r.suspend(ctx, s)
+	}
+	if s.sts.Status.ObservedGeneration < s.sts.Generation || s.sts.Status.UpdateRevision == "" {
+		// The StatefulSet controller has not yet computed the revisions of the latest spec.
+		return reconcile.Result{RequeueAfter: time.Second}, r.holdIfNew(ctx, s)
+	}
+	return r.reconcileRevisions(ctx, s)
+}
+
+// readTarget reads the StatefulSet from the API server (not the cache: the partition decision depends
+// on it) into the scope and reports whether it exists; a missing one is the phase ErrorSTSNotFound.
+func (r *Reconciler) readTarget(ctx context.Context, s *scope) (bool, error) {
+	pr := s.pr
+	sts := &appsv1.StatefulSet{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: pr.Spec.TargetRef}, sts); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.setPhase(rolloutv1alpha1.PhaseErrorSTSNotFound, "StatefulSet %s not found in namespace %s", pr.Spec.TargetRef, pr.Namespace)
+			pr.Status.RollingPodStatus = nil
+			pr.Status.LastError = ""
+			return false, nil
+		}
+		return false, fmt.Errorf("reading StatefulSet %s: %w", pr.Spec.TargetRef, err)
+	}
+	s.sts = sts
+	s.replicas = ptr.Deref(sts.Spec.Replicas, 1)
+	return true, nil
+}
+
+// cannotManage reports (phase ErrorCannotManage) a StatefulSet another PhasedRollout manages, or one
+// whose updateStrategy is OnDelete (no partition to hold), and reports whether it did.
+func cannotManage(s *scope) bool {
+	pr, sts := s.pr, s.sts
+	if owner, ok := sts.Annotations[rolloutv1alpha1.ManagedByAnnotation]; ok && owner != pr.Name {
+		s.setPhase(rolloutv1alpha1.PhaseErrorCannotManage, "StatefulSet %s is managed by PhasedRollout %s", sts.Name, owner)
+		pr.Status.RollingPodStatus = nil
+		return true
+	}
+	if sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
+		if pr.Status.Phase != rolloutv1alpha1.PhaseErrorCannotManage {
+			s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventCannotManage, "StatefulSet %s has updateStrategy OnDelete; only RollingUpdate can be managed", sts.Name)
+		}
+		s.setPhase(rolloutv1alpha1.PhaseErrorCannotManage, "StatefulSet %s has updateStrategy OnDelete; set it to RollingUpdate to manage it", sts.Name)
+		pr.Status.RollingPodStatus = nil
+		return true
+	}
+	return false
+}
+
+// skipCheck reports whether skipCheck or its alias standardRollingUpdate is true.
+func skipCheck(pr *rolloutv1alpha1.PhasedRollout) bool {
+	return ptr.Deref(pr.Spec.SkipCheck, false) || ptr.Deref(pr.Spec.StandardRollingUpdate, false)
+}
+
+// suspend lets the StatefulSet roll without checks (skipCheck): partition 0, phase Suspended.
+func (r *Reconciler) suspend(ctx context.Context, s *scope) error {
+	pr := s.pr
+	if err := r.applyPartition(ctx, pr, s.sts, 0, true); err != nil {
+		return err
+	}
+	if pr.Status.Phase != rolloutv1alpha1.PhaseSuspended {
+		s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventSuspended, "skipCheck is true: the normal rolling update of StatefulSet %s is resumed (partition 0)", s.sts.Name)
+	}
+	s.setPhase(rolloutv1alpha1.PhaseSuspended, "skipCheck is true: the StatefulSet rolls without checks")
+	pr.Status.RollingPodStatus = nil
+	pr.Status.LastError = ""
+	return nil
+}
+
+// holdIfNew freezes a StatefulSet that is not yet managed (partition = replicas) before its
+// revisions are known, so that nothing rolls unchecked meanwhile.
+func (r *Reconciler) holdIfNew(ctx context.Context, s *scope) error {
+	if s.pr.Status.Phase == "" {
+		return r.applyPartition(ctx, s.pr, s.sts, s.replicas, true)
+	}
+	return nil
+}
