@@ -16,12 +16,13 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {
+	opts := &controller.Options{}
 	manager.Main(manager.Options{
 		Name:             "cluster-operator",
 		Short:            "Runs StatefulCluster: stateful pods whose identities are never reused.",
 		LeaderElectionID: "cluster-operator.enge.me",
 		Schemes:          []func(*runtime.Scheme) error{clusterv1alpha1.AddToScheme},
 		Cache:            controller.CacheOptions,
-		Setup:            controller.Setup,
+		Setup:            opts.Setup,
 	})
 }

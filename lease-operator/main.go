@@ -16,6 +16,7 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {
+	opts := &controller.Options{}
 	manager.Main(manager.Options{
 		Name:             "lease-operator",
 		Short:            "Runs StatefulSetLock: exactly one writer pod among a StatefulSet's ready pods.",
@@ -24,6 +25,6 @@ func main() {
 		// StatefulSets' pods and the locks' Leases only, slim pods and nodes, StatefulSets as metadata
 		// (controller/cache.go).
 		Cache: controller.CacheOptions,
-		Setup: controller.Setup,
+		Setup: opts.Setup,
 	})
 }

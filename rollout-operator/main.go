@@ -2,10 +2,7 @@
 package main
 
 import (
-	"context"
-
 	"k8s.io/apimachinery/pkg/runtime"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/statefulops/statefulops/rollout-operator/internal/controller"
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
@@ -19,7 +16,7 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {
-	opts := controller.Options{}
+	opts := &controller.Options{}
 	manager.Main(manager.Options{
 		Name:             "rollout-operator",
 		Short:            "Runs PhasedRollout: StatefulSet updates one pod at a time, gated by Prometheus checks.",
@@ -28,8 +25,6 @@ func main() {
 		// Only StatefulSets' pods in the cache, stripped to what wakes the controller (controller/cache.go).
 		Cache: controller.CacheOptions,
 		Flags: opts.AddFlags,
-		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
-			return controller.SetupWithOptions(ctx, mgr, opts)
-		},
+		Setup: opts.Setup,
 	})
 }

@@ -22,7 +22,7 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {
-	grants := &grant.ServeConfig{}
+	opts, grants := &controller.Options{}, &grant.ServeConfig{}
 	manager.Main(manager.Options{
 		Name:             "singleton-operator",
 		Short:            "Runs StatefulSingleton: no two pods of a singleton ever run their main process at once.",
@@ -33,7 +33,7 @@ func main() {
 		// come from per-selector caches (controller/caches.go).
 		Cache: controller.CacheOptions,
 		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
-			if err := controller.Setup(ctx, mgr); err != nil {
+			if err := opts.Setup(ctx, mgr); err != nil {
 				return err
 			}
 			return grants.Setup(ctx, mgr)

@@ -7,13 +7,14 @@
 //
 // A binary's own settings are a struct with a method AddFlags(fs *pflag.FlagSet) that registers them on
 // fs: the controller package's Options, or its component's config struct (grant.ServeConfig,
-// server.Config). main creates the value, passes its method as Options.Flags, and Options.Setup closes
-// over the same value, which the flags have filled by then:
+// server.Config). main creates the value and passes its methods: AddFlags as Options.Flags and Setup as
+// Options.Setup, which runs after the flags have filled the value. Every operator's controller Options
+// has the method Setup(ctx, mgr) and embeds controllerutil.Overrides (what its tests replace):
 //
 //	opts := &controller.Options{}
 //	manager.Main(manager.Options{
 //		Flags: opts.AddFlags,
-//		Setup: func(ctx context.Context, mgr ctrl.Manager) error { return controller.Setup(ctx, mgr, opts) },
+//		Setup: opts.Setup,
 //	})
 //
 // No package-level flag variables, no flags registered inline in main. The common flags (metrics,

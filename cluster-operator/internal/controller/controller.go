@@ -60,22 +60,14 @@ type Reconciler struct {
 	writes *ownWrites
 }
 
-// Options adjust Setup for tests.
+// Options configure the controller; the zero value is what production runs.
 type Options struct {
-	// Client replaces the client for writes, e.g. to inject API errors.
-	Client client.Client
-	// Clock replaces the real clock.
-	Clock clock.PassiveClock
+	opsutil.Overrides
 }
 
-// Setup registers the StatefulCluster controller with the manager, with its defaults.
-func Setup(ctx context.Context, mgr ctrl.Manager) error {
-	return SetupWithOptions(ctx, mgr, Options{})
-}
-
-// SetupWithOptions registers the StatefulCluster controller with the manager, whose cache CacheOptions
+// Setup registers the StatefulCluster controller with the manager, whose cache CacheOptions
 // scoped (cache.go).
-func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	opsutil.RegisterMetrics(podsCreated, podsRetired, claimsRetired, createFailures, deleteFailures, replacementLatency)
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
@@ -83,11 +75,11 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		return err
 	}
 	r := &Reconciler{
-		Client:    opts.Client,
+		Client:    opts.Client, // nil: a client of its own below
 		Cache:     mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("cluster-operator"),
-		Clock:     opts.Clock,
+		Clock:     opts.PassiveClock(),
 		mem:       newMemory(),
 		writes:    newOwnWrites(),
 	}
@@ -101,9 +93,6 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 			return err
 		}
 		r.Client = writer
-	}
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulcluster").

@@ -130,7 +130,7 @@ func startOperator(t *testing.T, funcs *interceptor.Funcs) (stop func()) {
 		opts.Client = interceptor.NewClient(writer, *funcs)
 	}
 	// The manager's cache is scoped as in production (CacheOptions).
-	return suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error { return SetupWithOptions(ctx, mgr, opts) },
+	return suite.StartManager(t, opts.Setup,
 		func(o *ctrl.Options) { CacheOptions(&o.Cache) })
 }
 

@@ -10,7 +10,6 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 
@@ -62,32 +61,24 @@ type Reconciler struct {
 	written *writtenConditions
 }
 
-// Options adjust Setup for tests.
+// Options configure the controller; the zero value is what production runs.
 type Options struct {
-	// Client replaces the manager's client for writes, e.g. to inject API errors.
-	Client client.Client
-	// Clock replaces the real clock.
-	Clock clock.PassiveClock
+	opsutil.Overrides
 }
 
-// Setup registers the StatefulSetLock controller with the manager, with its defaults.
-func Setup(ctx context.Context, mgr ctrl.Manager) error {
-	return SetupWithOptions(ctx, mgr, Options{})
-}
-
-// SetupWithOptions registers the StatefulSetLock controller with the manager, whose cache CacheOptions
+// Setup registers the StatefulSetLock controller with the manager, whose cache CacheOptions
 // scopes.
-func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	opsutil.RegisterMetrics(failovers, failoverLatency)
 	if err := indexFields(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
 	r := &Reconciler{
-		Client:    cmp.Or[client.Client](opts.Client, mgr.GetClient()),
+		Client:    opts.WriteClient(mgr.GetClient()),
 		Cache:     mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("lease-operator"),
-		Clock:     cmp.Or[clock.PassiveClock](opts.Clock, clock.RealClock{}),
+		Clock:     opts.PassiveClock(),
 		obs:       newObservations(),
 		writes:    opsutil.NewWriteTracker(),
 		written:   newWrittenConditions(),

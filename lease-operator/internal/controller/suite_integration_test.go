@@ -60,7 +60,7 @@ func startOperator(t *testing.T, funcs *interceptor.Funcs) *operator {
 		opts.Client = interceptor.NewClient(writer, *funcs)
 	}
 	return &operator{stop: suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error {
-		return SetupWithOptions(ctx, mgr, opts)
+		return opts.Setup(ctx, mgr)
 	}, func(o *ctrl.Options) { CacheOptions(&o.Cache) })} // the cache scope of main
 }
 

@@ -42,15 +42,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"ClusterRole granting get on Secrets that the operator binds in the namespaces whose PhasedRollouts name a credentials Secret")
 }
 
-// Setup registers the PhasedRollout controller with the manager, with its defaults.
-func Setup(ctx context.Context, mgr ctrl.Manager) error {
-	return SetupWithOptions(ctx, mgr, Options{})
-}
-
-// SetupWithOptions registers the PhasedRollout controller with the manager. It watches
+// Setup registers the PhasedRollout controller with the manager. It watches
 // PhasedRollouts (spec changes only: its own status writes do not trigger it), StatefulSets and
 // their pods (mapped to the PhasedRollout whose targetRef names the StatefulSet).
-func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	opsutil.RegisterMetrics(stepsTotal, checksTotal, stepDuration, stepOverhead)
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &rolloutv1alpha1.PhasedRollout{}, indexTarget, func(o client.Object) []string {
 		return []string{o.(*rolloutv1alpha1.PhasedRollout).Spec.TargetRef}
@@ -70,7 +65,7 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 	if r.QueryTimeout <= 0 {
 		r.QueryTimeout = 10 * time.Second
 	}
-	access, err := newSecretAccess(ctx, mgr, opts)
+	access, err := newSecretAccess(ctx, mgr, *opts)
 	if err != nil {
 		return err
 	}

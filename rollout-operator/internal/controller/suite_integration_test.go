@@ -83,9 +83,7 @@ func startOperator(t *testing.T, checker Checker) (stop func()) {
 // the manifest's ServiceAccount).
 func startOperatorWith(t *testing.T, c *rest.Config, checker Checker) (stop func()) {
 	t.Helper()
-	return suite.StartManagerAs(t, c, func(ctx context.Context, mgr ctrl.Manager) error {
-		return SetupWithOptions(ctx, mgr, Options{Checker: checker})
-	}, func(o *ctrl.Options) { CacheOptions(&o.Cache) }) // as main.go does
+	return suite.StartManagerAs(t, c, (&Options{Checker: checker}).Setup, func(o *ctrl.Options) { CacheOptions(&o.Cache) }) // as main.go does
 }
 
 // fixture is a namespace with a StatefulSet "web" whose pods the test creates.

@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
@@ -51,36 +51,28 @@ type Reconciler struct {
 	fallback map[types.NamespacedName]map[types.UID]bool // per singleton: pods whose hold fallback was reported
 }
 
-// Options adjust Setup for tests.
+// Options configure the controller; the zero value is what production runs.
 type Options struct {
-	// Client replaces the manager's client for writes, e.g. to inject API errors.
-	Client client.Client
-	// Clock replaces the real clock.
-	Clock clock.PassiveClock
+	opsutil.Overrides
 }
 
-// Setup registers the StatefulSingleton controller with the manager, with its defaults.
-func Setup(ctx context.Context, mgr ctrl.Manager) error {
-	return SetupWithOptions(ctx, mgr, Options{})
-}
-
-// SetupWithOptions registers the StatefulSingleton controller with the manager. Managed pods come from
+// Setup registers the StatefulSingleton controller with the manager. Managed pods come from
 // the manager's cache (scoped by CacheOptions), the other pods a StatefulSingleton selects from the cache
 // of its selector (caches.go); each pod maps to the StatefulSingletons of its namespace whose selector
 // matches it.
-func SetupWithOptions(_ context.Context, mgr ctrl.Manager, opts Options) error {
+func (opts *Options) Setup(_ context.Context, mgr ctrl.Manager) error {
 	registerMetrics()
 	caches := newNamespaceCaches(mgr)
 	if err := mgr.Add(caches); err != nil {
 		return err
 	}
 	r := &Reconciler{
-		Client:    cmp.Or[client.Client](opts.Client, mgr.GetClient()),
+		Client:    opts.WriteClient(mgr.GetClient()),
 		Cache:     mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		caches:    caches,
 		Recorder:  mgr.GetEventRecorder("singleton-operator"),
-		Clock:     cmp.Or[clock.PassiveClock](opts.Clock, clock.RealClock{}),
+		Clock:     opts.PassiveClock(),
 		goneAt:    map[types.NamespacedName]time.Time{},
 		fallback:  map[types.NamespacedName]map[types.UID]bool{},
 	}

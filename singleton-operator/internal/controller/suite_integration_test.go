@@ -66,7 +66,7 @@ func startOperatorWithManager(t *testing.T, funcs *interceptor.Funcs) (stop func
 	}
 	stop = suite.StartManager(t, func(ctx context.Context, m ctrl.Manager) error {
 		mgr = m
-		return SetupWithOptions(ctx, m, opts)
+		return opts.Setup(ctx, m)
 	}, func(o *ctrl.Options) { CacheOptions(&o.Cache) }) // the cache scope of main
 	return stop, mgr
 }
