@@ -92,7 +92,7 @@ type Reconciler struct {
 	debounce *debouncer
 }
 
-// Options adjust Setup for tests and from the command line.
+// Options adjust SetupWithOptions for tests and from the command line (AddFlags).
 type Options struct {
 	// Client replaces the manager's client for writes, e.g. to inject API errors.
 	Client client.Client
@@ -108,22 +108,15 @@ type Options struct {
 	HashKey []byte
 }
 
-// flagOptions are the options set by command-line flags (see AddFlags).
-var flagOptions Options
-
-// AddFlags adds the operator's flags to the command's flag set.
-func AddFlags(fs *pflag.FlagSet) {
-	fs.DurationVar(&flagOptions.ConfigQuietPeriod, "config-quiet-period", DefaultConfigQuietPeriod,
+// AddFlags adds the operator's flags to the command's flag set; they set o, which main.go passes to
+// SetupWithOptions.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&o.ConfigQuietPeriod, "config-quiet-period", DefaultConfigQuietPeriod,
 		"How long referenced ConfigMap/Secret data must stay unchanged before pods roll (bursts roll once), for ExtendedStatefulSets without spec.updateStrategy.configChangeQuietPeriod.")
-	fs.DurationVar(&flagOptions.ConfigMaxDelay, "config-max-delay", DefaultConfigMaxDelay,
+	fs.DurationVar(&o.ConfigMaxDelay, "config-max-delay", DefaultConfigMaxDelay,
 		"Longest a configuration roll waits for edits to stop.")
-	fs.StringVar(&flagOptions.HashKeySecret, "config-hash-key-secret", DefaultHashKeySecret,
+	fs.StringVar(&o.HashKeySecret, "config-hash-key-secret", DefaultHashKeySecret,
 		"Secret (namespace/name) holding the key of the config hash; created with a random key when missing.")
-}
-
-// Setup registers the ExtendedStatefulSet controller with the manager, with the command line's options.
-func Setup(ctx context.Context, mgr ctrl.Manager) error {
-	return SetupWithOptions(ctx, mgr, flagOptions)
 }
 
 // SetupWithOptions registers the ExtendedStatefulSet controller with the manager.
