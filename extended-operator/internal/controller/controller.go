@@ -175,30 +175,49 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
 }
 
-// Reconcile drives one ExtendedStatefulSet's versions towards its spec and writes its status.
-func (r *Reconciler) Reconcile(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (reconcile.Result, error) {
+// Reconcile drives one ExtendedStatefulSet's versions towards its spec and writes its status
+// (reconcile.AsReconciler gets the object, and ends here when it is gone). There is no finalizer: its
+// StatefulSets and Jobs are owned by it and go with it, and the user's ConfigMaps and Secrets stay.
+func (r *Reconciler) Reconcile(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (result reconcile.Result, err error) {
 	if !ests.DeletionTimestamp.IsZero() {
-		// The StatefulSets are owned by it and go with it; the user's ConfigMaps and Secrets stay.
-		for _, z := range desiredZones(ests) {
-			r.debounce.forget(debounceKey(ests, z))
-		}
+		r.reconcileDelete(ests)
 		return reconcile.Result{}, nil
 	}
-	orig := ests.DeepCopy()
-	o, err := r.reconcileVersions(ctx, ests)
+	s, err := r.newScope(ctx, ests)
+	// The one status write, also after an error: the conditions say what failed.
+	defer func() { result, err = r.patchStatus(ctx, s, err) }()
 	if err != nil {
-		o.errMessage = err.Error()
+		return reconcile.Result{}, err
 	}
-	r.applyStatus(ests, o)
-	if _, serr := opsutil.PatchStatus(ctx, r.Client, ests, orig, opsutil.IgnoreNotFound()); serr != nil {
+	return reconcile.Result{}, r.reconcileNormal(ctx, s)
+}
+
+// reconcileDelete forgets the debounce of a deleted ExtendedStatefulSet; owner references delete the
+// rest.
+func (r *Reconciler) reconcileDelete(ests *extendedv1alpha1.ExtendedStatefulSet) {
+	for _, z := range desiredZones(ests) {
+		r.debounce.forget(debounceKey(ests, z))
+	}
+}
+
+// patchStatus computes the status from the scope and the error that ended the reconcile, if any, writes
+// it when it changed, and then records the waiting Event. The result asks for the next reconcile the
+// scope needs.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) (reconcile.Result, error) {
+	if err != nil {
+		s.errMessage = err.Error()
+	}
+	s.merge()
+	r.applyStatus(s)
+	if _, serr := opsutil.PatchStatus(ctx, r.Client, s.ests, s.orig, opsutil.IgnoreNotFound()); serr != nil {
 		if err == nil {
 			err = serr
 		}
 	} else {
-		r.waitingEvent(ests, orig)
+		r.waitingEvent(s.ests, s.orig)
 	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{RequeueAfter: o.requeueAfter}, nil
+	return reconcile.Result{RequeueAfter: s.requeueAfter}, nil
 }
