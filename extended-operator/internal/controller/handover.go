@@ -87,17 +87,7 @@ func (r *Reconciler) handOver(ctx context.Context, ests *extendedv1alpha1.Extend
 		_, err := r.setOrdinals(ctx, from, min(k, desired), desired)
 		return true, err
 	}
-	if held, err := r.holdOrdinal(ctx, from.sts, to.sts, k); err != nil || held {
-		zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
-		return false, err
-	}
-	if changed, err := r.setOrdinals(ctx, from, k+1, desired); err != nil || changed {
-		zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
-		return false, err
-	}
-	moved, err := r.moveOrdinal(ctx, ests, from.sts, to.sts, k)
-	if err != nil || !moved {
-		zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
+	if moved, err := r.stepOrdinal(ctx, ests, zs, from, to, k, k+1, desired); err != nil || !moved {
 		return false, err
 	}
 	ctrl.LoggerFrom(ctx).Info("volume handover: ordinal moved", "ordinal", k, "from", from.sts.Name, "to", to.sts.Name)
@@ -124,23 +114,35 @@ func (r *Reconciler) handBack(ctx context.Context, ests *extendedv1alpha1.Extend
 		return true, err
 	}
 	j := s - 1
-	if held, err := r.holdOrdinal(ctx, failed.sts, serving.sts, j); err != nil || held {
+	if moved, err := r.stepOrdinal(ctx, ests, zs, failed, serving, j, 0, min(j, failed.specReplicas())); err != nil || !moved {
+		return false, err
+	}
+	ctrl.LoggerFrom(ctx).Info("volume handover: ordinal moved back", "ordinal", j, "from", failed.sts.Name, "to", serving.sts.Name)
+	_, err := r.setOrdinals(ctx, serving, j, desired)
+	zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
+	return false, err
+}
+
+// stepOrdinal takes one step of moving ordinal k's volumes from version `from` to version `to`: the
+// ordinal is held (its volumes kept when its pod goes), `from` is left running ordinals [start, end)
+// (without k), and once its pod k is gone the claims move. It returns whether they moved; until then it
+// asks for a requeue.
+func (r *Reconciler) stepOrdinal(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
+	from, to *version, k, start, end int32) (bool, error) {
+	if held, err := r.holdOrdinal(ctx, from.sts, to.sts, k); err != nil || held {
 		zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
 		return false, err
 	}
-	if changed, err := r.setOrdinals(ctx, failed, 0, min(j, failed.specReplicas())); err != nil || changed {
+	if changed, err := r.setOrdinals(ctx, from, start, end); err != nil || changed {
 		zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
 		return false, err
 	}
-	moved, err := r.moveOrdinal(ctx, ests, failed.sts, serving.sts, j)
+	moved, err := r.moveOrdinal(ctx, ests, from.sts, to.sts, k)
 	if err != nil || !moved {
 		zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
 		return false, err
 	}
-	ctrl.LoggerFrom(ctx).Info("volume handover: ordinal moved back", "ordinal", j, "from", failed.sts.Name, "to", serving.sts.Name)
-	_, err = r.setOrdinals(ctx, serving, j, desired)
-	zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
-	return false, err
+	return true, nil
 }
 
 // moveOrdinal moves the claims of ordinal k from StatefulSet `from` to `to` once from's pod k is gone.
