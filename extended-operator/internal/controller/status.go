@@ -65,16 +65,8 @@ func applyVersionStatus(s *scope) {
 			st.Selector = ls.String()
 		}
 	}
-	st.Versions = map[string]bool{}
-	st.Replicas, st.ReadyReplicas, st.UpdatedReplicas, st.CanaryRetries = 0, 0, 0, 0
-	for _, v := range s.live() {
-		st.Versions[strconv.Itoa(v.number)] = v.running()
-		st.Replicas += v.sts.Status.Replicas
-		st.ReadyReplicas += v.sts.Status.ReadyReplicas
-	}
-	if len(st.Versions) == 0 {
-		st.Versions = nil
-	}
+	st.Versions, st.Replicas, st.ReadyReplicas = s.versionCounts()
+	st.UpdatedReplicas, st.CanaryRetries = 0, 0
 	if s.current != nil {
 		st.CurrentVersion = int32(s.current.number)
 	}
@@ -92,6 +84,20 @@ func applyVersionStatus(s *scope) {
 		st.ZoneCount, st.Zones = 0, nil
 	}
 	st.UpgradeJobs = jobStatus(s.jobs)
+}
+
+// versionCounts are the live versions (number: running, nil when there is none) and their pods and
+// Ready pods, as the status reports them for the whole object and for each zone.
+func (zs *zoneScope) versionCounts() (versions map[string]bool, replicas, ready int32) {
+	for _, v := range zs.live() {
+		if versions == nil {
+			versions = map[string]bool{}
+		}
+		versions[strconv.Itoa(v.number)] = v.running()
+		replicas += v.sts.Status.Replicas
+		ready += v.sts.Status.ReadyReplicas
+	}
+	return versions, replicas, ready
 }
 
 // progress is the reason and message of Progressing=True, the first that applies: the error that ended
@@ -210,15 +216,8 @@ func applyZoneStatus(st *extendedv1alpha1.ExtendedStatefulSetStatus, s *scope) {
 	st.Zones = make([]extendedv1alpha1.ZoneStatus, 0, len(s.zones))
 	st.CurrentVersion, st.UpdateVersion, st.UpdatedReplicas = 0, 0, 0
 	for i, z := range s.zones {
-		zs := extendedv1alpha1.ZoneStatus{Name: z.zone.name, Index: int32(z.zone.index), Versions: map[string]bool{}}
-		for _, v := range z.live() {
-			zs.Versions[strconv.Itoa(v.number)] = v.running()
-			zs.Replicas += v.sts.Status.Replicas
-			zs.ReadyReplicas += v.sts.Status.ReadyReplicas
-		}
-		if len(zs.Versions) == 0 {
-			zs.Versions = nil
-		}
+		zs := extendedv1alpha1.ZoneStatus{Name: z.zone.name, Index: int32(z.zone.index)}
+		zs.Versions, zs.Replicas, zs.ReadyReplicas = z.versionCounts()
 		if c := z.current; c != nil {
 			zs.CurrentVersion = int32(c.number)
 		}
