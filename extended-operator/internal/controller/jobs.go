@@ -216,7 +216,8 @@ func postJobName(ests *extendedv1alpha1.ExtendedStatefulSet, js jobs, n int) str
 // in phase PostJob, or already Done after a partial pass), and acts on its end: Complete, or Failed
 // without rollbackOnPostFailure, makes every zone's version Done (lower versions deleted); Failed with it
 // rolls every zone back to its previous version.
-func (r *Reconciler) reconcilePost(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zones []zone, perZone []*zoneScope, js jobs) error {
+func (r *Reconciler) reconcilePost(ctx context.Context, s *scope) error {
+	ests, zones, perZone, js := s.ests, s.layout, s.perZone, s.jobs
 	pending, rollingBack := false, false
 	for i, zs := range perZone {
 		n := zs.newest

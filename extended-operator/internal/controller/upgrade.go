@@ -27,7 +27,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	if err := r.reconcileZones(ctx, s); err != nil {
 		return err
 	}
-	if err := r.reconcilePost(ctx, s.ests, s.layout, s.perZone, s.jobs); err != nil {
+	if err := r.reconcilePost(ctx, s); err != nil {
 		return err
 	}
 	if err := r.pruneJobs(ctx, s.ests, s.all, s.jobs); err != nil {
@@ -46,13 +46,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 // runs the new template; a configuration roll waits likewise (zoneGate).
 func (r *Reconciler) reconcileZones(ctx context.Context, s *scope) error {
 	waiting := 0
-	for i, z := range s.layout {
+	for i := range s.layout {
 		g, err := r.zoneGate(ctx, s, i)
 		if err != nil {
 			return err
 		}
 		zs := s.perZone[i]
-		if err := r.reconcileZone(ctx, s.ests, zs, z, s.wantCfg, g, s.now); err != nil {
+		if err := r.reconcileZone(ctx, s, zs, g); err != nil {
 			return err
 		}
 		if zs.waitReason == extendedv1alpha1.ReasonZoneUpgrade {
@@ -162,8 +162,8 @@ func (zs *zoneScope) classify(versions []*version) {
 // (when the gate allows), drives the newest version through Canary, Rollout and Done (or marks it stale),
 // deletes versions that are neither serving nor newest, keeps replica counts and rolls pods on a
 // configuration change (when the gate allows).
-func (r *Reconciler) reconcileZone(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope, z zone,
-	wantCfg string, g gate, now time.Time) error {
+func (r *Reconciler) reconcileZone(ctx context.Context, s *scope, zs *zoneScope, g gate) error {
+	ests, z, wantCfg, now := s.ests, zs.zone, s.wantCfg, s.now
 	versions := zs.versions
 	hash := z.hash
 	desired := z.replicas
