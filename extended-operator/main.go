@@ -2,7 +2,10 @@
 package main
 
 import (
+	"context"
+
 	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/statefulops/statefulops/extended-operator/internal/controller"
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
@@ -16,14 +19,17 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {
+	opts := controller.Options{}
 	manager.Main(manager.Options{
 		Name:             "extended-operator",
 		Short:            "Runs ExtendedStatefulSet: scaling limits, config-change restarts and versioned canary upgrades.",
 		LeaderElectionID: "extended-operator.fissile.cloudfoundry.org",
 		Schemes:          []func(*runtime.Scheme) error{extendedv1alpha1.AddToScheme},
-		Flags:            controller.AddFlags,
+		Flags:            opts.AddFlags,
 		// ConfigMaps and Secrets as slim metadata only (controller/cache.go).
 		Cache: controller.CacheOptions,
-		Setup: controller.Setup,
+		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
+			return controller.SetupWithOptions(ctx, mgr, opts)
+		},
 	})
 }

@@ -92,7 +92,7 @@ type Reconciler struct {
 	debounce *debouncer
 }
 
-// Options adjust Setup for tests and from the command line.
+// Options adjust SetupWithOptions for tests and from the command line (AddFlags).
 type Options struct {
 	// Client replaces the manager's client for writes, e.g. to inject API errors.
 	Client client.Client
@@ -108,22 +108,15 @@ type Options struct {
 	HashKey []byte
 }
 
-// flagOptions are the options set by command-line flags (see AddFlags).
-var flagOptions Options
-
-// AddFlags adds the operator's flags to the command's flag set.
-func AddFlags(fs *pflag.FlagSet) {
-	fs.DurationVar(&flagOptions.ConfigQuietPeriod, "config-quiet-period", DefaultConfigQuietPeriod,
+// AddFlags adds the operator's flags to the command's flag set; they set o, which main.go passes to
+// SetupWithOptions.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.DurationVar(&o.ConfigQuietPeriod, "config-quiet-period", DefaultConfigQuietPeriod,
 		"How long referenced ConfigMap/Secret data must stay unchanged before pods roll (bursts roll once), for ExtendedStatefulSets without spec.updateStrategy.configChangeQuietPeriod.")
-	fs.DurationVar(&flagOptions.ConfigMaxDelay, "config-max-delay", DefaultConfigMaxDelay,
+	fs.DurationVar(&o.ConfigMaxDelay, "config-max-delay", DefaultConfigMaxDelay,
 		"Longest a configuration roll waits for edits to stop.")
-	fs.StringVar(&flagOptions.HashKeySecret, "config-hash-key-secret", DefaultHashKeySecret,
+	fs.StringVar(&o.HashKeySecret, "config-hash-key-secret", DefaultHashKeySecret,
 		"Secret (namespace/name) holding the key of the config hash; created with a random key when missing.")
-}
-
-// Setup registers the ExtendedStatefulSet controller with the manager, with the command line's options.
-func Setup(ctx context.Context, mgr ctrl.Manager) error {
-	return SetupWithOptions(ctx, mgr, flagOptions)
 }
 
 // SetupWithOptions registers the ExtendedStatefulSet controller with the manager.
@@ -182,30 +175,49 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
 }
 
-// Reconcile drives one ExtendedStatefulSet's versions towards its spec and writes its status.
-func (r *Reconciler) Reconcile(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (reconcile.Result, error) {
+// Reconcile drives one ExtendedStatefulSet's versions towards its spec and writes its status
+// (reconcile.AsReconciler gets the object, and ends here when it is gone). There is no finalizer: its
+// StatefulSets and Jobs are owned by it and go with it, and the user's ConfigMaps and Secrets stay.
+func (r *Reconciler) Reconcile(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (result reconcile.Result, err error) {
 	if !ests.DeletionTimestamp.IsZero() {
-		// The StatefulSets are owned by it and go with it; the user's ConfigMaps and Secrets stay.
-		for _, z := range desiredZones(ests) {
-			r.debounce.forget(debounceKey(ests, z))
-		}
+		r.reconcileDelete(ests)
 		return reconcile.Result{}, nil
 	}
-	orig := ests.DeepCopy()
-	o, err := r.reconcileVersions(ctx, ests)
+	s, err := r.newScope(ctx, ests)
+	// The one status write, also after an error: the conditions say what failed.
+	defer func() { result, err = r.patchStatus(ctx, s, err) }()
 	if err != nil {
-		o.errMessage = err.Error()
+		return reconcile.Result{}, err
 	}
-	r.applyStatus(ests, o)
-	if _, serr := opsutil.PatchStatus(ctx, r.Client, ests, orig, opsutil.IgnoreNotFound()); serr != nil {
+	return reconcile.Result{}, r.reconcileNormal(ctx, s)
+}
+
+// reconcileDelete forgets the debounce of a deleted ExtendedStatefulSet; owner references delete the
+// rest.
+func (r *Reconciler) reconcileDelete(ests *extendedv1alpha1.ExtendedStatefulSet) {
+	for _, z := range desiredZones(ests) {
+		r.debounce.forget(debounceKey(ests, z))
+	}
+}
+
+// patchStatus computes the status from the scope and the error that ended the reconcile, if any, writes
+// it when it changed, and then records the waiting Event. The result asks for the next reconcile the
+// scope needs.
+func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) (reconcile.Result, error) {
+	if err != nil {
+		s.errMessage = err.Error()
+	}
+	s.merge()
+	r.applyStatus(s)
+	if _, serr := opsutil.PatchStatus(ctx, r.Client, s.ests, s.orig, opsutil.IgnoreNotFound()); serr != nil {
 		if err == nil {
 			err = serr
 		}
 	} else {
-		r.waitingEvent(ests, orig)
+		r.waitingEvent(s.ests, s.orig)
 	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{RequeueAfter: o.requeueAfter}, nil
+	return reconcile.Result{RequeueAfter: s.requeueAfter}, nil
 }

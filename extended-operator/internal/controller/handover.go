@@ -79,7 +79,7 @@ func (r *Reconciler) setOrdinals(ctx context.Context, v *version, start, end int
 // handOver moves ordinals from version `from` to version `to` until `to` runs ordinals [0, target) and
 // `from` runs [target, desired). It returns whether `to` already runs all target ordinals. Each call
 // makes at most one step and asks for a requeue while it waits.
-func (r *Reconciler) handOver(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+func (r *Reconciler) handOver(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
 	from, to *version, target, desired int32) (bool, error) {
 	k := to.specReplicas()
 	if k >= target {
@@ -87,17 +87,7 @@ func (r *Reconciler) handOver(ctx context.Context, ests *extendedv1alpha1.Extend
 		_, err := r.setOrdinals(ctx, from, min(k, desired), desired)
 		return true, err
 	}
-	if held, err := r.holdOrdinal(ctx, from.sts, to.sts, k); err != nil || held {
-		o.requeueAfter = minPositive(o.requeueAfter, handoverPoll)
-		return false, err
-	}
-	if changed, err := r.setOrdinals(ctx, from, k+1, desired); err != nil || changed {
-		o.requeueAfter = minPositive(o.requeueAfter, handoverPoll)
-		return false, err
-	}
-	moved, err := r.moveOrdinal(ctx, ests, from.sts, to.sts, k)
-	if err != nil || !moved {
-		o.requeueAfter = minPositive(o.requeueAfter, handoverPoll)
+	if moved, err := r.stepOrdinal(ctx, ests, zs, from, to, k, k+1, desired); err != nil || !moved {
 		return false, err
 	}
 	ctrl.LoggerFrom(ctx).Info("volume handover: ordinal moved", "ordinal", k, "from", from.sts.Name, "to", to.sts.Name)
@@ -116,7 +106,7 @@ func (r *Reconciler) handOver(ctx context.Context, ests *extendedv1alpha1.Extend
 // handBack moves the ordinals of a failed version back to the serving one, highest first: the serving
 // version runs [start, desired), so ordinals start-1 down to 0 come back. It returns whether the
 // serving version runs all its ordinals again.
-func (r *Reconciler) handBack(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+func (r *Reconciler) handBack(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
 	failed, serving *version, desired int32) (bool, error) {
 	s := ordinalStart(serving.sts)
 	if s == 0 {
@@ -124,23 +114,35 @@ func (r *Reconciler) handBack(ctx context.Context, ests *extendedv1alpha1.Extend
 		return true, err
 	}
 	j := s - 1
-	if held, err := r.holdOrdinal(ctx, failed.sts, serving.sts, j); err != nil || held {
-		o.requeueAfter = minPositive(o.requeueAfter, handoverPoll)
-		return false, err
-	}
-	if changed, err := r.setOrdinals(ctx, failed, 0, min(j, failed.specReplicas())); err != nil || changed {
-		o.requeueAfter = minPositive(o.requeueAfter, handoverPoll)
-		return false, err
-	}
-	moved, err := r.moveOrdinal(ctx, ests, failed.sts, serving.sts, j)
-	if err != nil || !moved {
-		o.requeueAfter = minPositive(o.requeueAfter, handoverPoll)
+	if moved, err := r.stepOrdinal(ctx, ests, zs, failed, serving, j, 0, min(j, failed.specReplicas())); err != nil || !moved {
 		return false, err
 	}
 	ctrl.LoggerFrom(ctx).Info("volume handover: ordinal moved back", "ordinal", j, "from", failed.sts.Name, "to", serving.sts.Name)
-	_, err = r.setOrdinals(ctx, serving, j, desired)
-	o.requeueAfter = minPositive(o.requeueAfter, handoverPoll)
+	_, err := r.setOrdinals(ctx, serving, j, desired)
+	zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
 	return false, err
+}
+
+// stepOrdinal takes one step of moving ordinal k's volumes from version `from` to version `to`: the
+// ordinal is held (its volumes kept when its pod goes), `from` is left running ordinals [start, end)
+// (without k), and once its pod k is gone the claims move. It returns whether they moved; until then it
+// asks for a requeue.
+func (r *Reconciler) stepOrdinal(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
+	from, to *version, k, start, end int32) (bool, error) {
+	if held, err := r.holdOrdinal(ctx, from.sts, to.sts, k); err != nil || held {
+		zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
+		return false, err
+	}
+	if changed, err := r.setOrdinals(ctx, from, start, end); err != nil || changed {
+		zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
+		return false, err
+	}
+	moved, err := r.moveOrdinal(ctx, ests, from.sts, to.sts, k)
+	if err != nil || !moved {
+		zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
+		return false, err
+	}
+	return true, nil
 }
 
 // moveOrdinal moves the claims of ordinal k from StatefulSet `from` to `to` once from's pod k is gone.
@@ -326,7 +328,7 @@ func handoverTarget(ns, claim string) string {
 // restoreHeldVolumes gives every volume of the namespace that was held for a move, and whose new claim
 // is bound to it, its reclaim policy back (a move completes in steps; this finishes the last one).
 // It asks for a requeue while a moved volume's new claim is not bound yet (claims are not watched).
-func (r *Reconciler) restoreHeldVolumes(ctx context.Context, o *outcome, ns string) error {
+func (r *Reconciler) restoreHeldVolumes(ctx context.Context, zs *zoneScope, ns string) error {
 	var pvs corev1.PersistentVolumeList
 	if err := r.APIReader.List(ctx, &pvs, client.HasLabels{handoverLabel}); err != nil {
 		return err
@@ -348,7 +350,7 @@ func (r *Reconciler) restoreHeldVolumes(ctx context.Context, o *outcome, ns stri
 			continue
 		}
 		if pvc.Status.Phase != corev1.ClaimBound {
-			o.requeueAfter = minPositive(o.requeueAfter, handoverPoll)
+			zs.requeueAfter = minPositive(zs.requeueAfter, handoverPoll)
 			continue
 		}
 		if err := r.restoreReclaimPolicy(ctx, pvc); err != nil {
@@ -360,24 +362,24 @@ func (r *Reconciler) restoreHeldVolumes(ctx context.Context, o *outcome, ns stri
 
 // driveHandover moves the newest version through its phases when its volumes move ordinal by ordinal:
 // an ordinal moves only when every ordinal moved before it is Ready, so at most one ordinal is down.
-func (r *Reconciler) driveHandover(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+func (r *Reconciler) driveHandover(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
 	v *version, desired int32, now time.Time) error {
-	current := o.current
+	current := zs.current
 	if v.stale() {
-		_, err := r.handBack(ctx, ests, o, v, current, desired)
+		_, err := r.handBack(ctx, ests, zs, v, current, desired)
 		return err
 	}
 	canary := v.phase() == extendedv1alpha1.PhaseCanary
 	k := v.specReplicas()
 	if v.ready() < k {
-		return r.checkWatch(ctx, ests, o, v, now, canary)
+		return r.checkWatch(ctx, ests, zs, v, now, canary)
 	}
 	target := desired
 	if canary {
 		target = min(ptr.Deref(ests.Spec.UpdateStrategy.Canaries, 1), desired)
 	}
 	if k < target {
-		_, err := r.handOver(ctx, ests, o, current, v, k+1, desired)
+		_, err := r.handOver(ctx, ests, zs, current, v, k+1, desired)
 		return err
 	}
 	if k > target {
@@ -394,7 +396,7 @@ func (r *Reconciler) driveHandover(ctx context.Context, ests *extendedv1alpha1.E
 			"Version %d: %d canaries Ready on their own volumes, moving the remaining ordinals", v.number, k)
 	}
 	if !v.rolledOut() {
-		return r.checkWatch(ctx, ests, o, v, now, false)
+		return r.checkWatch(ctx, ests, zs, v, now, false)
 	}
-	return r.finishRollout(ctx, ests, o, v, desired, now)
+	return r.finishRollout(ctx, ests, zs, v, desired, now)
 }

@@ -166,14 +166,14 @@ func preJobFor(ests *extendedv1alpha1.ExtendedStatefulSet, js jobs, all []*versi
 // drivePre waits for the pre Job of a version in phase PreJob: created if missing; Complete starts the
 // version's pods; Failed marks the version stale (the upgrade does not start, the serving version is
 // untouched).
-func (r *Reconciler) drivePre(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+func (r *Reconciler) drivePre(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
 	v *version, desired int32) error {
 	name := v.annotation(extendedv1alpha1.PreJobAnnotation)
 	state := extendedv1alpha1.JobComplete // no Job to wait for (an annotation removed by hand)
 	var job *batchv1.Job
 	if name != "" {
 		var err error
-		if job, err = r.ensureJob(ctx, ests, o.jobs, extendedv1alpha1.UpgradeJobPre, name, v.number); err != nil {
+		if job, err = r.ensureJob(ctx, ests, zs.jobs, extendedv1alpha1.UpgradeJobPre, name, v.number); err != nil {
 			return err
 		}
 		state = jobState(job)
@@ -183,20 +183,20 @@ func (r *Reconciler) drivePre(ctx context.Context, ests *extendedv1alpha1.Extend
 	}
 	switch state {
 	case extendedv1alpha1.JobComplete:
-		phase, replicas := firstPhase(ests, o.current, desired)
+		phase, replicas := firstPhase(ests, zs.current, desired)
 		return r.setPhase(ctx, ests, v, phase, replicas, r.Clock.Now(),
 			"Version %d: pre upgrade Job %s completed, starting the pods", v.number, name)
 	case extendedv1alpha1.JobFailed:
 		msg := fmt.Sprintf("version %d: pre upgrade Job %s failed; the upgrade did not start", v.number, name)
-		if o.current != nil {
-			msg += fmt.Sprintf(", version %d keeps serving", o.current.number)
+		if zs.current != nil {
+			msg += fmt.Sprintf(", version %d keeps serving", zs.current.number)
 		}
 		r.event(ests, job, corev1.EventTypeWarning, extendedv1alpha1.ReasonJobFailed, "PreUpgradeJob",
 			"Pre upgrade Job %s of version %d failed: the upgrade is blocked", name, v.number)
 		return r.markStale(ctx, ests, v, extendedv1alpha1.ReasonJobFailed, msg)
 	}
 	// Running (the Job's events wake the reconcile); poll in case the cache missed them.
-	o.requeueAfter = minPositive(o.requeueAfter, pollWhileWaiting)
+	zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
 	return nil
 }
 
@@ -216,15 +216,16 @@ func postJobName(ests *extendedv1alpha1.ExtendedStatefulSet, js jobs, n int) str
 // in phase PostJob, or already Done after a partial pass), and acts on its end: Complete, or Failed
 // without rollbackOnPostFailure, makes every zone's version Done (lower versions deleted); Failed with it
 // rolls every zone back to its previous version.
-func (r *Reconciler) reconcilePost(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zones []zone, zos []*outcome, js jobs) error {
+func (r *Reconciler) reconcilePost(ctx context.Context, s *scope) error {
+	ests, zones, perZone, js := s.ests, s.layout, s.perZone, s.jobs
 	pending, rollingBack := false, false
-	for i, zo := range zos {
-		n := zo.newest
+	for i, zs := range perZone {
+		n := zs.newest
 		if n != nil && n.stale() && rolledBack(n) {
 			rollingBack = true // a zone rolled back already: the others follow, whatever became of the Job
 			continue
 		}
-		if n == nil || n != zo.current || n.templateHash() != zones[i].hash || !n.rolledOut() ||
+		if n == nil || n != zs.current || n.templateHash() != zones[i].hash || !n.rolledOut() ||
 			(n.phase() != extendedv1alpha1.PhasePostJob && n.phase() != extendedv1alpha1.PhaseDone) {
 			return nil // some zone still upgrades (or is stale): the post Job waits
 		}
@@ -233,9 +234,9 @@ func (r *Reconciler) reconcilePost(ctx context.Context, ests *extendedv1alpha1.E
 	if !pending {
 		return nil
 	}
-	number := zos[0].newest.number
+	number := perZone[0].newest.number
 	if rollingBack {
-		return r.rollBackNext(ctx, ests, zos, postJobName(ests, js, number))
+		return r.rollBackNext(ctx, ests, perZone, postJobName(ests, js, number))
 	}
 	name := postJobName(ests, js, number)
 	job, err := r.ensureJob(ctx, ests, js, extendedv1alpha1.UpgradeJobPost, name, number)
@@ -248,14 +249,14 @@ func (r *Reconciler) reconcilePost(ctx context.Context, ests *extendedv1alpha1.E
 	}
 	// Without rollback the first zone moves first and a rollback marks a zone in this reconcile, so the
 	// Event is recorded once even when a later write fails.
-	first := zos[0].newest.phase() == extendedv1alpha1.PhasePostJob && zos[len(zos)-1].newest.phase() == extendedv1alpha1.PhasePostJob
+	first := perZone[0].newest.phase() == extendedv1alpha1.PhasePostJob && perZone[len(perZone)-1].newest.phase() == extendedv1alpha1.PhasePostJob
 	switch state {
 	case extendedv1alpha1.JobComplete:
 		if first && job != nil {
 			r.event(ests, job, corev1.EventTypeNormal, extendedv1alpha1.EventUpgradeJobSucceeded, "PostUpgradeJob",
 				"Post upgrade Job %s of version %d completed", name, number)
 		}
-		return r.finishPost(ctx, ests, zos, "post upgrade Job "+name+" completed")
+		return r.finishPost(ctx, ests, perZone, "post upgrade Job "+name+" completed")
 	case extendedv1alpha1.JobFailed:
 		rollback := ests.Spec.UpgradeJobs != nil && ests.Spec.UpgradeJobs.RollbackOnPostFailure
 		if first {
@@ -267,20 +268,20 @@ func (r *Reconciler) reconcilePost(ctx context.Context, ests *extendedv1alpha1.E
 				"Post upgrade Job %s of version %d failed: %s", name, number, what)
 		}
 		if !rollback {
-			return r.finishPost(ctx, ests, zos, "post upgrade Job "+name+" failed (no rollback asked for)")
+			return r.finishPost(ctx, ests, perZone, "post upgrade Job "+name+" failed (no rollback asked for)")
 		}
-		return r.rollBackNext(ctx, ests, zos, name)
+		return r.rollBackNext(ctx, ests, perZone, name)
 	}
-	for _, zo := range zos {
-		zo.postJob = name // running: the status says so
+	for _, zs := range perZone {
+		zs.postJob = name // running: the status says so
 	}
 	return nil
 }
 
 // finishPost makes every zone's version in phase PostJob Done and deletes the lower versions.
-func (r *Reconciler) finishPost(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zos []*outcome, why string) error {
-	for _, zo := range zos {
-		v := zo.newest
+func (r *Reconciler) finishPost(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, perZone []*zoneScope, why string) error {
+	for _, zs := range perZone {
+		v := zs.newest
 		if v.phase() != extendedv1alpha1.PhasePostJob {
 			continue
 		}
@@ -288,14 +289,14 @@ func (r *Reconciler) finishPost(ctx context.Context, ests *extendedv1alpha1.Exte
 			"Version %d done: %s", v.number, why); err != nil {
 			return err
 		}
-		for _, old := range zo.versions {
+		for _, old := range zs.versions {
 			if old.number < v.number {
 				if err := r.deleteVersion(ctx, ests, old, "version "+strconv.Itoa(v.number)+" done"); err != nil {
 					return err
 				}
 			}
 		}
-		zo.previous = nil
+		zs.previous = nil
 	}
 	return nil
 }
@@ -303,18 +304,18 @@ func (r *Reconciler) finishPost(ctx context.Context, ests *extendedv1alpha1.Exte
 // rollBackNext rolls back one zone at a time, the last upgraded first, as upgrades go zone by zone: a
 // zone starts once the one rolled back before it runs its previous version fully and the failed
 // version has no pod left.
-func (r *Reconciler) rollBackNext(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zos []*outcome, job string) error {
-	for i := len(zos) - 1; i >= 0; i-- {
-		zo := zos[i]
-		n := zo.newest
+func (r *Reconciler) rollBackNext(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, perZone []*zoneScope, job string) error {
+	for i := len(perZone) - 1; i >= 0; i-- {
+		zs := perZone[i]
+		n := zs.newest
 		if !n.stale() && n.phase() == extendedv1alpha1.PhasePostJob {
-			return r.rollBack(ctx, ests, zo, job)
+			return r.rollBack(ctx, ests, zs, job)
 		}
 		if !n.stale() || !rolledBack(n) {
 			continue // nothing to roll back (no previous version was left: it stays Done)
 		}
-		if n.specReplicas() > 0 || n.sts.Status.Replicas > 0 || (zo.current != nil && !zo.current.rolledOut()) {
-			zo.requeueAfter = minPositive(zo.requeueAfter, pollWhileWaiting)
+		if n.specReplicas() > 0 || n.sts.Status.Replicas > 0 || (zs.current != nil && !zs.current.rolledOut()) {
+			zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
 			return nil // this zone is still rolling back
 		}
 	}
@@ -325,19 +326,19 @@ func (r *Reconciler) rollBackNext(ctx context.Context, ests *extendedv1alpha1.Ex
 // stale (reason RolledBack) and the previous one serves again. Without volumes the new version keeps
 // its pods until the previous one is rolled out again (driveNewest); with volumes the ordinals move
 // back one at a time (handBack). Without a previous version (deleted by hand) the new one stays, Done.
-func (r *Reconciler) rollBack(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zo *outcome, job string) error {
-	v, prev := zo.newest, zo.previous
+func (r *Reconciler) rollBack(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope, job string) error {
+	v, prev := zs.newest, zs.previous
 	if v.phase() != extendedv1alpha1.PhasePostJob || v.stale() {
 		return nil
 	}
 	if prev == nil {
-		return r.finishPost(ctx, ests, []*outcome{zo}, "post upgrade Job "+job+" failed, but no previous version is left to roll back to")
+		return r.finishPost(ctx, ests, []*zoneScope{zs}, "post upgrade Job "+job+" failed, but no previous version is left to roll back to")
 	}
 	msg := fmt.Sprintf("version %d: post upgrade Job %s failed; rolled back to version %d", v.number, job, prev.number)
 	if err := r.markStaleKeeping(ctx, ests, v, extendedv1alpha1.ReasonRolledBack, msg, true); err != nil {
 		return err
 	}
-	zo.current, zo.previous = prev, nil
+	zs.current, zs.previous = prev, nil
 	return nil
 }
 

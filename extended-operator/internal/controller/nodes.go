@@ -50,17 +50,17 @@ func (r *Reconciler) zoneNodes(ctx context.Context, zones []zone) (map[string]in
 
 // applyZonesAvailable sets condition ZonesAvailable (with zones only) and records an Event when a zone
 // outage starts or changes, and when it ends.
-func (r *Reconciler) applyZonesAvailable(ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, set func(string, bool, string, string)) {
-	if len(o.zones) == 0 {
+func (r *Reconciler) applyZonesAvailable(ests *extendedv1alpha1.ExtendedStatefulSet, s *scope, set func(string, bool, string, string)) {
+	if len(s.zones) == 0 {
 		meta.RemoveStatusCondition(&ests.Status.Conditions, extendedv1alpha1.ConditionZonesAvailable)
 		return
 	}
-	if o.readyNodes == nil {
+	if s.readyNodes == nil {
 		return // not counted (the reconcile failed before): keep what the status says
 	}
 	var down []string
-	for _, z := range o.zones {
-		if o.readyNodes[z.zone.name] == 0 {
+	for _, z := range s.zones {
+		if s.readyNodes[z.zone.name] == 0 {
 			down = append(down, fmt.Sprintf("%q", z.zone.name))
 		}
 	}
@@ -72,11 +72,11 @@ func (r *Reconciler) applyZonesAvailable(ests *extendedv1alpha1.ExtendedStateful
 				"Every zone has a Ready node again")
 		}
 		set(extendedv1alpha1.ConditionZonesAvailable, true, extendedv1alpha1.ReasonReconciled,
-			fmt.Sprintf("all %d zones have a Ready node", len(o.zones)))
+			fmt.Sprintf("all %d zones have a Ready node", len(s.zones)))
 		return
 	}
 	msg := fmt.Sprintf("zone outage: no Ready node (label %s) in zone %s; their pods cannot run",
-		o.zones[0].zone.nodeLabel, strings.Join(down, ", "))
+		s.zones[0].zone.nodeLabel, strings.Join(down, ", "))
 	if before == nil || before.Message != msg {
 		r.event(ests, nil, corev1.EventTypeWarning, extendedv1alpha1.EventZoneOutage, "ZoneOutage", "%s", msg)
 	}

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -16,312 +15,183 @@ import (
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
-// outcome is what one reconcile found and did, from which the status is computed.
-type outcome struct {
-	versions        []*version
-	newest, current *version
-	// missing are the non-optional referenced ConfigMaps and Secrets that do not exist ("Kind/name").
-	missing []string
-	// waiting says why a new template does not start a version yet; waitReason is the condition reason
-	// (default PodsNotReady).
-	waiting, waitReason string
-	// configPending: a configuration change waits for its debounce; configRolled: it was applied now.
-	configPending, configRolled bool
-	errMessage                  string
-	requeueAfter                time.Duration
-	// zones are the outcomes per zone (with spec.az.zones); the fields above then summarise them, newest
-	// and current being those of the zone in focus (the one upgrading, else the first with trouble).
-	zones []zoneOutcome
-	// prefix names the zone in focus in condition messages ("" without zones).
-	prefix string
-	// jobs are the upgrade Jobs (shared by the zones' outcomes); postJob names the post Job that runs for
-	// the newest version, once every zone runs it.
-	jobs    jobs
-	postJob string
-	// previous is the version kept for a rollback while the post Job of current runs (nil otherwise).
-	previous *version
-	// readyNodes counts the Ready nodes of each zone (with zones).
-	readyNodes map[string]int32
-}
-
-// zoneOutcome is one zone's outcome.
-type zoneOutcome struct {
-	zone zone
-	o    *outcome
-}
-
-// merge summarises the zones' outcomes. Without zones the single outcome is the summary, unchanged.
-func merge(zones []zone, zos []*outcome) *outcome {
-	if len(zones) == 1 && !zones[0].zoned() {
-		return zos[0]
-	}
-	o := &outcome{missing: zos[0].missing, jobs: zos[0].jobs}
-	focus, zoneWait := -1, ""
-	for i, zo := range zos {
-		o.zones = append(o.zones, zoneOutcome{zone: zones[i], o: zo})
-		if o.postJob == "" {
-			o.postJob = zo.postJob
-		}
-		o.versions = append(o.versions, zo.versions...)
-		o.configPending = o.configPending || zo.configPending
-		o.configRolled = o.configRolled || zo.configRolled
-		if zo.requeueAfter > 0 {
-			o.requeueAfter = minPositive(o.requeueAfter, zo.requeueAfter)
-		}
-		switch {
-		case zo.waitReason == extendedv1alpha1.ReasonZoneUpgrade:
-			if zoneWait == "" {
-				zoneWait = zo.waiting
-			}
-		case zo.waiting != "" && o.waiting == "":
-			o.waiting, o.waitReason = fmt.Sprintf("zone %q: %s", zones[i].name, zo.waiting), zo.waitReason
-		}
-	}
-	for _, trouble := range []func(*outcome) bool{
-		upgrading,
-		func(zo *outcome) bool {
-			return zo.newest != nil && zo.newest.stale() && zo.newest.sts.DeletionTimestamp.IsZero()
-		},
-		func(zo *outcome) bool { return zo.current == nil || !zo.current.rolledOut() },
-	} {
-		if focus < 0 {
-			focus = slices.IndexFunc(zos, trouble)
-		}
-	}
-	if focus < 0 {
-		focus = 0
-	}
-	if o.waiting == "" && zoneWait != "" && !upgrading(zos[focus]) {
-		o.waiting, o.waitReason = zoneWait, extendedv1alpha1.ReasonZoneUpgrade
-	}
-	o.newest, o.current = zos[focus].newest, zos[focus].current
-	o.prefix = fmt.Sprintf("zone %q: ", zones[focus].name)
-	return o
-}
-
-// outcomes are the per-zone outcomes, or the outcome itself without zones.
-func (o *outcome) outcomes() []*outcome {
-	if len(o.zones) == 0 {
-		return []*outcome{o}
-	}
-	out := make([]*outcome, len(o.zones))
-	for i, z := range o.zones {
-		out[i] = z.o
-	}
-	return out
-}
-
-// allRolledOut reports whether every zone serves a version with all its pods Ready.
-func (o *outcome) allRolledOut() bool {
-	for _, zo := range o.outcomes() {
-		if zo.current == nil || !zo.current.rolledOut() {
-			return false
-		}
-	}
-	return true
-}
-
-// cleaningUp reports whether a zone still has a lower version next to a newer one that is not stale.
-func (o *outcome) cleaningUp() bool {
-	for _, zo := range o.outcomes() {
-		if len(zo.live()) > 1 && (zo.newest == nil || !zo.newest.stale()) {
-			return true
-		}
-	}
-	return false
-}
-
-// configRolling reports whether a zone's serving version is rolling its pods for a configuration change.
-func (o *outcome) configRolling() bool {
-	for _, zo := range o.outcomes() {
-		if c := zo.current; c != nil && !c.rolledOut() && c.sts.Status.UpdatedReplicas < c.specReplicas() {
-			return true
-		}
-	}
-	return false
-}
-
-// live are the versions not being deleted.
-func (o *outcome) live() []*version {
-	var out []*version
-	for _, v := range o.versions {
-		if v.sts.DeletionTimestamp.IsZero() {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
-// applyStatus computes the status from the outcome. Conditions change their lastTransitionTime only when
+// applyStatus computes the status from the scope. Conditions change their lastTransitionTime only when
 // their status changes.
-func (r *Reconciler) applyStatus(ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome) {
-	st := &ests.Status
-	st.ObservedGeneration = ests.Generation
-	if sel := ests.Spec.Template.Spec.Selector; sel != nil {
-		if s, err := metav1.LabelSelectorAsSelector(sel); err == nil {
-			st.Selector = s.String()
-		}
-	}
-	live := o.live()
-	st.Versions = map[string]bool{}
-	st.Replicas, st.ReadyReplicas, st.UpdatedReplicas, st.CanaryRetries = 0, 0, 0, 0
-	for _, v := range live {
-		st.Versions[strconv.Itoa(v.number)] = v.running()
-		st.Replicas += v.sts.Status.Replicas
-		st.ReadyReplicas += v.sts.Status.ReadyReplicas
-	}
-	if len(st.Versions) == 0 {
-		st.Versions = nil
-	}
-	if o.current != nil {
-		st.CurrentVersion = int32(o.current.number)
-	}
-	if o.newest != nil {
-		st.UpdateVersion = int32(o.newest.number)
-		st.UpdatedReplicas = o.newest.sts.Status.Replicas
-		st.CanaryRetries = o.newest.intAnnotation(extendedv1alpha1.CanaryRetriesAnnotation)
-		if h := o.newest.configHash(); h != "" {
-			st.ConfigHash = h
-		}
-	}
-
-	if len(o.zones) > 0 {
-		applyZoneStatus(st, o)
-	} else {
-		st.ZoneCount, st.Zones = 0, nil
-	}
-	st.UpgradeJobs = jobStatus(o.jobs)
-
+func (r *Reconciler) applyStatus(s *scope) {
+	ests := s.ests
+	applyVersionStatus(s)
 	set := func(t string, status bool, reason, msg string) {
-		s := metav1.ConditionFalse
+		c := metav1.ConditionFalse
 		if status {
-			s = metav1.ConditionTrue
+			c = metav1.ConditionTrue
 		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg, ObservedGeneration: ests.Generation})
+		meta.SetStatusCondition(&ests.Status.Conditions, metav1.Condition{Type: t, Status: c, Reason: reason, Message: msg, ObservedGeneration: ests.Generation})
 	}
-
-	r.applyZonesAvailable(ests, o, set)
-	applyJobConditions(ests, o, set)
-
-	// MissingReference.
-	if len(o.missing) > 0 {
+	r.applyZonesAvailable(ests, s, set)
+	applyJobConditions(ests, s, set)
+	if len(s.missing) > 0 {
 		set(extendedv1alpha1.ConditionMissingReference, true, extendedv1alpha1.ReasonReferenceNotFound,
-			"referenced but missing: "+strings.Join(o.missing, ", ")+"; pods are not rolled until it exists")
+			"referenced but missing: "+strings.Join(s.missing, ", ")+"; pods are not rolled until it exists")
 	} else {
 		set(extendedv1alpha1.ConditionMissingReference, false, extendedv1alpha1.ReasonReconciled, "every referenced ConfigMap and Secret exists")
 	}
-
-	// Stale.
-	stale := o.newest != nil && o.newest.stale() && o.newest.sts.DeletionTimestamp.IsZero()
+	stale := s.newest != nil && s.newest.stale() && s.newest.sts.DeletionTimestamp.IsZero()
 	if stale {
-		reason, msg, _ := strings.Cut(o.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
+		reason, msg, _ := strings.Cut(s.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
 		if reason == "" {
 			reason = extendedv1alpha1.ReasonCanaryFailed
 		}
-		set(extendedv1alpha1.ConditionStale, true, reason, o.prefix+msg)
+		set(extendedv1alpha1.ConditionStale, true, reason, s.prefix+msg)
 	} else {
 		set(extendedv1alpha1.ConditionStale, false, extendedv1alpha1.ReasonReconciled, "no version is stale")
 	}
-
-	// Progressing and Ready.
-	progressReason, progressMsg := "", ""
-	switch {
-	case o.errMessage != "":
-		progressReason, progressMsg = "ReconcileError", o.errMessage
-	case o.waiting != "":
-		progressReason, progressMsg = extendedv1alpha1.ReasonPodsNotReady, o.waiting
-		if o.waitReason != "" {
-			progressReason = o.waitReason
-		}
-		if len(o.missing) > 0 {
-			progressReason = extendedv1alpha1.ReasonReferenceNotFound
-		}
-	case o.newest != nil && !stale && o.newest.phase() == extendedv1alpha1.PhasePreJob:
-		progressReason, progressMsg = extendedv1alpha1.ReasonPreUpgradeJobRunning,
-			fmt.Sprintf("%sversion %d waits for pre upgrade Job %s", o.prefix, o.newest.number, o.newest.annotation(extendedv1alpha1.PreJobAnnotation))
-	case o.newest != nil && !stale && o.newest.phase() == extendedv1alpha1.PhaseCanary:
-		progressReason, progressMsg = extendedv1alpha1.ReasonCanaryRollout,
-			fmt.Sprintf("%sversion %d: %d of %d canaries Ready", o.prefix, o.newest.number, o.newest.ready(), o.newest.specReplicas())
-	case o.newest != nil && !stale && o.newest.phase() == extendedv1alpha1.PhaseRollout:
-		progressReason, progressMsg = extendedv1alpha1.ReasonRollout,
-			fmt.Sprintf("%sversion %d: %d of %d pods Ready", o.prefix, o.newest.number, o.newest.ready(), o.newest.specReplicas())
-	case o.postJob != "" && !stale:
-		progressReason, progressMsg = extendedv1alpha1.ReasonPostUpgradeJobRunning,
-			fmt.Sprintf("version %d runs; post upgrade Job %s runs", o.current.number, o.postJob)
-	case o.postJobPending() && !stale:
-		progressReason, progressMsg = extendedv1alpha1.ReasonPostUpgradeJobRunning,
-			"the post upgrade Job runs once every zone runs the new version"
-	case o.cleaningUp() && !stale:
-		progressReason, progressMsg = extendedv1alpha1.ReasonCleanup, "lower versions are being deleted"
-	case o.configPending || o.configRolled || o.configRolling():
-		progressReason, progressMsg = extendedv1alpha1.ReasonConfigChanged, "referenced configuration changed: pods are rolling"
-	}
+	progressReason, progressMsg := s.progress(stale)
 	if progressReason != "" && progressReason != "ReconcileError" {
 		set(extendedv1alpha1.ConditionProgressing, true, progressReason, progressMsg)
 	} else if progressReason == "" {
 		set(extendedv1alpha1.ConditionProgressing, false, extendedv1alpha1.ReasonReconciled, "no upgrade or restart under way")
 	}
+	ready, reason, msg := s.readiness(stale, progressReason, progressMsg)
+	set(extendedv1alpha1.ConditionReady, ready, reason, msg)
+}
 
-	switch {
-	case o.errMessage != "":
-		set(extendedv1alpha1.ConditionReady, false, "ReconcileError", o.errMessage)
-	case stale:
-		msg := fmt.Sprintf("%sversion %d is stale", o.prefix, o.newest.number)
-		if o.current != nil {
-			msg += fmt.Sprintf("; version %d serves", o.current.number)
+// applyVersionStatus writes the observed generation, the selector, the versions with their replica
+// counts, the config hash, the zones and the upgrade Jobs.
+func applyVersionStatus(s *scope) {
+	st := &s.ests.Status
+	st.ObservedGeneration = s.ests.Generation
+	if sel := s.ests.Spec.Template.Spec.Selector; sel != nil {
+		if ls, err := metav1.LabelSelectorAsSelector(sel); err == nil {
+			st.Selector = ls.String()
 		}
-		reason, _, _ := strings.Cut(o.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
+	}
+	st.Versions, st.Replicas, st.ReadyReplicas = s.versionCounts()
+	st.UpdatedReplicas, st.CanaryRetries = 0, 0
+	if s.current != nil {
+		st.CurrentVersion = int32(s.current.number)
+	}
+	if n := s.newest; n != nil {
+		st.UpdateVersion = int32(n.number)
+		st.UpdatedReplicas = n.sts.Status.Replicas
+		st.CanaryRetries = n.intAnnotation(extendedv1alpha1.CanaryRetriesAnnotation)
+		if h := n.configHash(); h != "" {
+			st.ConfigHash = h
+		}
+	}
+	if len(s.zones) > 0 {
+		applyZoneStatus(st, s)
+	} else {
+		st.ZoneCount, st.Zones = 0, nil
+	}
+	st.UpgradeJobs = jobStatus(s.jobs)
+}
+
+// versionCounts are the live versions (number: running, nil when there is none) and their pods and
+// Ready pods, as the status reports them for the whole object and for each zone.
+func (zs *zoneScope) versionCounts() (versions map[string]bool, replicas, ready int32) {
+	for _, v := range zs.live() {
+		if versions == nil {
+			versions = map[string]bool{}
+		}
+		versions[strconv.Itoa(v.number)] = v.running()
+		replicas += v.sts.Status.Replicas
+		ready += v.sts.Status.ReadyReplicas
+	}
+	return versions, replicas, ready
+}
+
+// progress is the reason and message of Progressing=True, the first that applies: the error that ended
+// the reconcile ("ReconcileError", which leaves Progressing as it was), a wait, a phase of the newest
+// version, the post Job, the cleanup of lower versions, a configuration roll. "" when nothing is under
+// way.
+func (s *scope) progress(stale bool) (reason, msg string) {
+	n := s.newest
+	switch {
+	case s.errMessage != "":
+		return "ReconcileError", s.errMessage
+	case s.waiting != "":
+		reason = extendedv1alpha1.ReasonPodsNotReady
+		if s.waitReason != "" {
+			reason = s.waitReason
+		}
+		if len(s.missing) > 0 {
+			reason = extendedv1alpha1.ReasonReferenceNotFound
+		}
+		return reason, s.waiting
+	case n != nil && !stale && n.phase() == extendedv1alpha1.PhasePreJob:
+		return extendedv1alpha1.ReasonPreUpgradeJobRunning,
+			fmt.Sprintf("%sversion %d waits for pre upgrade Job %s", s.prefix, n.number, n.annotation(extendedv1alpha1.PreJobAnnotation))
+	case n != nil && !stale && n.phase() == extendedv1alpha1.PhaseCanary:
+		return extendedv1alpha1.ReasonCanaryRollout,
+			fmt.Sprintf("%sversion %d: %d of %d canaries Ready", s.prefix, n.number, n.ready(), n.specReplicas())
+	case n != nil && !stale && n.phase() == extendedv1alpha1.PhaseRollout:
+		return extendedv1alpha1.ReasonRollout,
+			fmt.Sprintf("%sversion %d: %d of %d pods Ready", s.prefix, n.number, n.ready(), n.specReplicas())
+	case s.postJob != "" && !stale:
+		return extendedv1alpha1.ReasonPostUpgradeJobRunning,
+			fmt.Sprintf("version %d runs; post upgrade Job %s runs", s.current.number, s.postJob)
+	case s.postJobPending() && !stale:
+		return extendedv1alpha1.ReasonPostUpgradeJobRunning, "the post upgrade Job runs once every zone runs the new version"
+	case s.cleaningUp() && !stale:
+		return extendedv1alpha1.ReasonCleanup, "lower versions are being deleted"
+	case s.configPending || s.configRolled || s.configRolling():
+		return extendedv1alpha1.ReasonConfigChanged, "referenced configuration changed: pods are rolling"
+	}
+	return "", ""
+}
+
+// readiness is the Ready condition: False for an error, a stale version, anything under way (the
+// progress reason), a missing reference or pods not Ready; else True.
+func (s *scope) readiness(stale bool, progressReason, progressMsg string) (ready bool, reason, msg string) {
+	switch {
+	case s.errMessage != "":
+		return false, "ReconcileError", s.errMessage
+	case stale:
+		msg := fmt.Sprintf("%sversion %d is stale", s.prefix, s.newest.number)
+		if s.current != nil {
+			msg += fmt.Sprintf("; version %d serves", s.current.number)
+		}
+		reason, _, _ := strings.Cut(s.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
 		if reason == "" {
 			reason = extendedv1alpha1.ReasonCanaryFailed
 		}
-		set(extendedv1alpha1.ConditionReady, false, reason, msg+"; change the template to try again")
+		return false, reason, msg + "; change the template to try again"
 	case progressReason != "":
-		set(extendedv1alpha1.ConditionReady, false, progressReason, progressMsg)
-	case len(o.missing) > 0:
-		set(extendedv1alpha1.ConditionReady, false, extendedv1alpha1.ReasonReferenceNotFound, "a referenced ConfigMap or Secret is missing")
-	case !o.allRolledOut():
-		set(extendedv1alpha1.ConditionReady, false, extendedv1alpha1.ReasonPodsNotReady, o.prefix+"not every pod is Ready")
-	case len(o.zones) > 0:
-		set(extendedv1alpha1.ConditionReady, true, extendedv1alpha1.ReasonReconciled,
-			fmt.Sprintf("%d zones run with all %d pods Ready", len(o.zones), st.ReadyReplicas))
+		return false, progressReason, progressMsg
+	case len(s.missing) > 0:
+		return false, extendedv1alpha1.ReasonReferenceNotFound, "a referenced ConfigMap or Secret is missing"
+	case !s.allRolledOut():
+		return false, extendedv1alpha1.ReasonPodsNotReady, s.prefix + "not every pod is Ready"
+	case len(s.zones) > 0:
+		return true, extendedv1alpha1.ReasonReconciled,
+			fmt.Sprintf("%d zones run with all %d pods Ready", len(s.zones), s.ests.Status.ReadyReplicas)
 	default:
-		set(extendedv1alpha1.ConditionReady, true, extendedv1alpha1.ReasonReconciled,
-			fmt.Sprintf("version %d runs with all %d pods Ready", o.current.number, o.current.specReplicas()))
+		return true, extendedv1alpha1.ReasonReconciled,
+			fmt.Sprintf("version %d runs with all %d pods Ready", s.current.number, s.current.specReplicas())
 	}
-}
-
-// postJobPending reports whether a zone's newest version serves in phase PostJob (its post Job waits
-// for the other zones).
-func (o *outcome) postJobPending() bool {
-	for _, zo := range o.outcomes() {
-		if n := zo.newest; n != nil && n == zo.current && n.phase() == extendedv1alpha1.PhasePostJob {
-			return true
-		}
-	}
-	return false
 }
 
 // applyJobConditions sets UpgradeBlocked (the newest version's pre Job failed) and PostUpgradeFailed
 // (the post Job of the highest version failed), both only with spec.upgradeJobs.
-func applyJobConditions(ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, set func(string, bool, string, string)) {
-	if ests.Spec.UpgradeJobs == nil && len(o.jobs) == 0 {
+func applyJobConditions(ests *extendedv1alpha1.ExtendedStatefulSet, s *scope, set func(string, bool, string, string)) {
+	if ests.Spec.UpgradeJobs == nil && len(s.jobs) == 0 {
 		meta.RemoveStatusCondition(&ests.Status.Conditions, extendedv1alpha1.ConditionUpgradeBlocked)
 		meta.RemoveStatusCondition(&ests.Status.Conditions, extendedv1alpha1.ConditionPostUpgradeFailed)
 		return
 	}
-	if n := o.newest; n != nil && n.stale() && n.sts.DeletionTimestamp.IsZero() && n.phase() == extendedv1alpha1.PhasePreJob {
+	if n := s.newest; n != nil && n.stale() && n.sts.DeletionTimestamp.IsZero() && n.phase() == extendedv1alpha1.PhasePreJob {
 		_, msg, _ := strings.Cut(n.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
-		set(extendedv1alpha1.ConditionUpgradeBlocked, true, extendedv1alpha1.ReasonJobFailed, o.prefix+msg)
+		set(extendedv1alpha1.ConditionUpgradeBlocked, true, extendedv1alpha1.ReasonJobFailed, s.prefix+msg)
 	} else {
 		set(extendedv1alpha1.ConditionUpgradeBlocked, false, extendedv1alpha1.ReasonReconciled, "no pre upgrade Job failed")
 	}
-	j := latestPostJob(o.jobs)
+	j := latestPostJob(s.jobs)
 	if jobState(j) != extendedv1alpha1.JobFailed {
 		set(extendedv1alpha1.ConditionPostUpgradeFailed, false, extendedv1alpha1.ReasonReconciled, "no post upgrade Job failed")
 		return
 	}
 	n := jobVersion(j)
-	rolled := slices.ContainsFunc(o.versions, func(v *version) bool { return v.number == n && v.stale() && rolledBack(v) })
+	rolled := slices.ContainsFunc(s.versions, func(v *version) bool { return v.number == n && v.stale() && rolledBack(v) })
 	if rolled {
 		set(extendedv1alpha1.ConditionPostUpgradeFailed, true, extendedv1alpha1.ReasonRolledBack,
 			fmt.Sprintf("post upgrade Job %s of version %d failed; rolled back to the previous version", j.Name, n))
@@ -333,9 +203,9 @@ func applyJobConditions(ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, 
 
 // applyZoneStatus writes the per-zone status and the version summary across zones: currentVersion is
 // the lowest version serving in any zone (the one every zone runs at least), updateVersion the highest.
-func applyZoneStatus(st *extendedv1alpha1.ExtendedStatefulSetStatus, o *outcome) {
-	st.ZoneCount = int32(len(o.zones))
-	readyNodes := o.readyNodes
+func applyZoneStatus(st *extendedv1alpha1.ExtendedStatefulSetStatus, s *scope) {
+	st.ZoneCount = int32(len(s.zones))
+	readyNodes := s.readyNodes
 	if readyNodes == nil {
 		// Not counted (the reconcile failed before): keep the last counts.
 		readyNodes = map[string]int32{}
@@ -343,33 +213,26 @@ func applyZoneStatus(st *extendedv1alpha1.ExtendedStatefulSetStatus, o *outcome)
 			readyNodes[zs.Name] = zs.ReadyNodes
 		}
 	}
-	st.Zones = make([]extendedv1alpha1.ZoneStatus, 0, len(o.zones))
+	st.Zones = make([]extendedv1alpha1.ZoneStatus, 0, len(s.zones))
 	st.CurrentVersion, st.UpdateVersion, st.UpdatedReplicas = 0, 0, 0
-	for i, zo := range o.zones {
-		zs := extendedv1alpha1.ZoneStatus{Name: zo.zone.name, Index: int32(zo.zone.index), Versions: map[string]bool{}}
-		for _, v := range zo.o.live() {
-			zs.Versions[strconv.Itoa(v.number)] = v.running()
-			zs.Replicas += v.sts.Status.Replicas
-			zs.ReadyReplicas += v.sts.Status.ReadyReplicas
-		}
-		if len(zs.Versions) == 0 {
-			zs.Versions = nil
-		}
-		if c := zo.o.current; c != nil {
+	for i, z := range s.zones {
+		zs := extendedv1alpha1.ZoneStatus{Name: z.zone.name, Index: int32(z.zone.index)}
+		zs.Versions, zs.Replicas, zs.ReadyReplicas = z.versionCounts()
+		if c := z.current; c != nil {
 			zs.CurrentVersion = int32(c.number)
 		}
-		if n := zo.o.newest; n != nil {
+		if n := z.newest; n != nil {
 			zs.UpdateVersion = int32(n.number)
 		}
-		zs.ReadyNodes = readyNodes[zo.zone.name]
+		zs.ReadyNodes = readyNodes[z.zone.name]
 		if i == 0 || zs.CurrentVersion < st.CurrentVersion {
 			st.CurrentVersion = zs.CurrentVersion
 		}
 		st.UpdateVersion = max(st.UpdateVersion, zs.UpdateVersion)
 		st.Zones = append(st.Zones, zs)
 	}
-	for _, zo := range o.zones {
-		if n := zo.o.newest; n != nil && int32(n.number) == st.UpdateVersion {
+	for _, z := range s.zones {
+		if n := z.newest; n != nil && int32(n.number) == st.UpdateVersion {
 			st.UpdatedReplicas += n.sts.Status.Replicas
 		}
 	}

@@ -20,111 +20,105 @@ import (
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
-// reconcileVersions makes the versions of every zone agree with the spec (reconcileZone), one zone at a
-// time where pods are replaced: a zone may start an upgrade only when no other zone is upgrading or
-// rolling and every zone before it runs the new template; a configuration roll waits likewise. The
-// StatefulSets of zones no longer listed are deleted once every listed zone has all its pods Ready.
-func (r *Reconciler) reconcileVersions(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (*outcome, error) {
-	now := r.Clock.Now()
-	o := &outcome{}
-	cfg, err := computeConfigHash(ctx, r.APIReader, r.HashKey, ests)
-	if err != nil {
-		return o, err
+// reconcileNormal makes the versions of every zone agree with the spec (reconcileZones), then does what
+// spans the zones: the post upgrade Job, the pruning of finished Jobs and the removal of the zones no
+// longer listed.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
+	if err := r.reconcileZones(ctx, s); err != nil {
+		return err
 	}
-	o.missing = cfg.missing
-	wantCfg := ""
-	if ests.Spec.EffectiveUpdateOnEnvChange() {
-		wantCfg = cfg.hash
+	if err := r.reconcilePost(ctx, s); err != nil {
+		return err
 	}
-	all, err := r.listVersions(ctx, ests)
-	if err != nil {
-		return o, err
+	if err := r.pruneJobs(ctx, s.ests, s.all, s.jobs); err != nil {
+		return err
 	}
-	js, err := r.listJobs(ctx, ests)
-	if err != nil {
-		return o, err
+	s.merge()
+	var err error
+	if s.readyNodes, err = r.zoneNodes(ctx, s.layout); err != nil {
+		return err
 	}
-	o.jobs = js
-	zones := desiredZones(ests)
-	byZone := map[string][]*version{}
-	for _, v := range all {
-		byZone[zoneOf(v)] = append(byZone[zoneOf(v)], v)
-	}
-	zos := make([]*outcome, len(zones))
-	for i, z := range zones {
-		zos[i] = &outcome{missing: o.missing, jobs: js}
-		zos[i].classify(byZone[z.name])
-	}
+	return r.removeUnlistedZones(ctx, s)
+}
+
+// reconcileZones reconciles each zone (reconcileZone), one zone at a time where pods are replaced: a
+// zone may start an upgrade only when no other zone is upgrading or rolling and every zone before it
+// runs the new template; a configuration roll waits likewise (zoneGate).
+func (r *Reconciler) reconcileZones(ctx context.Context, s *scope) error {
 	waiting := 0
-	for i, z := range zones {
-		zo := zos[i]
-		otherBusy := ""
-		for j := range zones {
-			if j != i && busy(zos[j]) {
-				otherBusy = zones[j].name
-				break
-			}
+	for i := range s.layout {
+		g, err := r.zoneGate(ctx, s, i)
+		if err != nil {
+			return err
 		}
-		behind := ""
-		for j := range i {
-			if n := zos[j].newest; n != nil && (n.templateHash() != zones[j].hash || n != zos[j].current) {
-				behind = zones[j].name
-				break
-			}
+		zs := s.perZone[i]
+		if err := r.reconcileZone(ctx, s, zs, g); err != nil {
+			return err
 		}
-		// A zone replacing its own version in flight (the template changed again) may go on: it is the one
-		// zone busy, and holding it would leave it half upgraded.
-		g := gate{upgrade: otherBusy == "" && (behind == "" || upgrading(zo)), roll: otherBusy == ""}
-		switch {
-		case otherBusy != "":
-			g.why = fmt.Sprintf("zone %q waits: zone %q is upgrading or rolling its pods (zones go one at a time)", z.name, otherBusy)
-		case behind != "":
-			g.why = fmt.Sprintf("zone %q waits: zone %q does not run the new template yet (zones go in spec.az.zones order)", z.name, behind)
-		}
-		if zo.newest != nil {
-			g.next = freeNumber(ests, all, z, zo.newest.number+1)
-		} else if g.next, err = r.firstNumber(ctx, ests, all, z); err != nil {
-			return merge(zones, zos), err
-		}
-		g.all = all
-		if err := r.reconcileZone(ctx, ests, zo, z, wantCfg, g, now); err != nil {
-			return merge(zones, zos), err
-		}
-		if zo.waitReason == extendedv1alpha1.ReasonZoneUpgrade {
+		if zs.waitReason == extendedv1alpha1.ReasonZoneUpgrade {
 			waiting++
 		}
 	}
-	zoneUpgradesWaiting.WithLabelValues(ests.Namespace, ests.Name).Set(float64(waiting))
-	if err := r.reconcilePost(ctx, ests, zones, zos, js); err != nil {
-		return merge(zones, zos), err
-	}
-	if err := r.pruneJobs(ctx, ests, all, js); err != nil {
-		return merge(zones, zos), err
-	}
-	o = merge(zones, zos)
-	if o.readyNodes, err = r.zoneNodes(ctx, zones); err != nil {
-		return o, err
-	}
-
-	// Zones no longer listed go once the listed ones serve fully, so a move between zone layouts (or from
-	// no zones to zones) never leaves fewer Ready pods than before.
-	for name, vs := range byZone {
-		if slices.ContainsFunc(zones, func(z zone) bool { return z.name == name }) {
-			continue
-		}
-		if !o.allRolledOut() {
-			o.waiting = fmt.Sprintf("zone %q was removed; its StatefulSets go once every listed zone has all its pods Ready", name)
-			o.requeueAfter = minPositive(o.requeueAfter, pollWhileWaiting)
-			continue
-		}
-		if err := r.removeZone(ctx, ests, name, vs); err != nil {
-			return o, err
-		}
-	}
-	return o, nil
+	zoneUpgradesWaiting.WithLabelValues(s.ests.Namespace, s.ests.Name).Set(float64(waiting))
+	return nil
 }
 
-// gate is what reconcileVersions allows a zone to do in this reconcile.
+// zoneGate is what zone i may do in this reconcile, given what the zones before it decided.
+func (r *Reconciler) zoneGate(ctx context.Context, s *scope, i int) (gate, error) {
+	z, zs := s.layout[i], s.perZone[i]
+	otherBusy := ""
+	for j := range s.layout {
+		if j != i && busy(s.perZone[j]) {
+			otherBusy = s.layout[j].name
+			break
+		}
+	}
+	behind := ""
+	for j := range i {
+		if n := s.perZone[j].newest; n != nil && (n.templateHash() != s.layout[j].hash || n != s.perZone[j].current) {
+			behind = s.layout[j].name
+			break
+		}
+	}
+	// A zone replacing its own version in flight (the template changed again) may go on: it is the one
+	// zone busy, and holding it would leave it half upgraded.
+	g := gate{upgrade: otherBusy == "" && (behind == "" || upgrading(zs)), roll: otherBusy == "", all: s.all}
+	switch {
+	case otherBusy != "":
+		g.why = fmt.Sprintf("zone %q waits: zone %q is upgrading or rolling its pods (zones go one at a time)", z.name, otherBusy)
+	case behind != "":
+		g.why = fmt.Sprintf("zone %q waits: zone %q does not run the new template yet (zones go in spec.az.zones order)", z.name, behind)
+	}
+	if zs.newest != nil {
+		g.next = freeNumber(s.ests, s.all, z, zs.newest.number+1)
+		return g, nil
+	}
+	var err error
+	g.next, err = r.firstNumber(ctx, s.ests, s.all, z)
+	return g, err
+}
+
+// removeUnlistedZones deletes the StatefulSets of zones no longer listed once the listed ones serve
+// fully, so a move between zone layouts (or from no zones to zones) never leaves fewer Ready pods than
+// before.
+func (r *Reconciler) removeUnlistedZones(ctx context.Context, s *scope) error {
+	for name, vs := range s.byZone {
+		if slices.ContainsFunc(s.layout, func(z zone) bool { return z.name == name }) {
+			continue
+		}
+		if !s.allRolledOut() {
+			s.waiting = fmt.Sprintf("zone %q was removed; its StatefulSets go once every listed zone has all its pods Ready", name)
+			s.requeueAfter = minPositive(s.requeueAfter, pollWhileWaiting)
+			continue
+		}
+		if err := r.removeZone(ctx, s.ests, name, vs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gate is what zoneGate allows a zone to do in this reconcile.
 type gate struct {
 	// upgrade: the zone may start a new version; roll: it may apply a configuration change.
 	upgrade, roll bool
@@ -147,20 +141,20 @@ func freeNumber(ests *extendedv1alpha1.ExtendedStatefulSet, all []*version, z zo
 }
 
 // classify records a zone's versions, its newest and the serving one (the highest not stale and Done).
-func (o *outcome) classify(versions []*version) {
-	o.versions = versions
+func (zs *zoneScope) classify(versions []*version) {
+	zs.versions = versions
 	if len(versions) == 0 {
 		return
 	}
-	o.newest = versions[len(versions)-1]
+	zs.newest = versions[len(versions)-1]
 	for _, v := range versions {
 		if p := v.phase(); !v.stale() && (p == extendedv1alpha1.PhaseDone || p == extendedv1alpha1.PhasePostJob) {
-			o.previous, o.current = o.current, v
+			zs.previous, zs.current = zs.current, v
 		}
 	}
-	if o.current == nil || o.current != o.newest || o.current.phase() != extendedv1alpha1.PhasePostJob {
+	if zs.current == nil || zs.current != zs.newest || zs.current.phase() != extendedv1alpha1.PhasePostJob {
 		// Only a version whose post Job runs keeps a previous one (for a rollback).
-		o.previous = nil
+		zs.previous = nil
 	}
 }
 
@@ -168,52 +162,28 @@ func (o *outcome) classify(versions []*version) {
 // (when the gate allows), drives the newest version through Canary, Rollout and Done (or marks it stale),
 // deletes versions that are neither serving nor newest, keeps replica counts and rolls pods on a
 // configuration change (when the gate allows).
-func (r *Reconciler) reconcileZone(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, z zone,
-	wantCfg string, g gate, now time.Time) error {
-	versions := o.versions
+func (r *Reconciler) reconcileZone(ctx context.Context, s *scope, zs *zoneScope, g gate) error {
+	ests, z, wantCfg, now := s.ests, zs.zone, s.wantCfg, s.now
+	versions := zs.versions
 	hash := z.hash
 	desired := z.replicas
 
 	if len(versions) == 0 {
-		if len(o.missing) > 0 {
+		if len(zs.missing) > 0 {
 			return nil // never start pods that cannot start: MissingReference says why
 		}
 		// Nothing serves yet, so the first version needs no canaries (and starting a zone is no upgrade).
 		v, err := r.createVersion(ctx, ests, z, g.next, wantCfg, extendedv1alpha1.PhaseDone, desired, now, "")
 		if v != nil {
-			o.versions = []*version{v}
-			o.newest, o.current = v, v
+			zs.versions = []*version{v}
+			zs.newest, zs.current = v, v
 		}
 		return err
 	}
 
-	newest, current := o.newest, o.current
-	// Versions that neither serve nor are the newest were superseded (a lower version once a higher one
-	// is rolled out, or an unfinished or stale version replaced by a newer template).
-	for _, v := range versions {
-		if v == o.previous && keepPrevious(ests) && v.sts.DeletionTimestamp.IsZero() {
-			// Kept for a rollback while the post Job runs, without pods (with volumes it runs no ordinal).
-			if !usesHandover(v.sts) {
-				if err := r.ensureReplicas(ctx, ests, v, 0); err != nil {
-					return err
-				}
-			}
-			continue
-		}
-		if v != newest && v != current {
-			if handingOver(v, current) {
-				// It runs ordinals on volumes moved from the serving version: they go back first, or
-				// their data would stay behind on its claims.
-				done, err := r.handBack(ctx, ests, o, v, current, desired)
-				if err != nil || !done {
-					o.waiting = fmt.Sprintf("moving the volumes of superseded version %d back to version %d", v.number, current.number)
-					return err
-				}
-			}
-			if err := r.deleteVersion(ctx, ests, v, "superseded by version "+strconv.Itoa(newest.number)); err != nil {
-				return err
-			}
-		}
+	newest, current := zs.newest, zs.current
+	if done, err := r.deleteSuperseded(ctx, ests, zs, desired); err != nil || !done {
+		return err
 	}
 	if current != nil && current != newest && !handingOver(newest, current) {
 		if err := r.ensureReplicas(ctx, ests, current, desired); err != nil {
@@ -223,64 +193,105 @@ func (r *Reconciler) reconcileZone(ctx context.Context, ests *extendedv1alpha1.E
 
 	if newest.templateHash() != hash {
 		if !g.upgrade {
-			o.waiting, o.waitReason = g.why, extendedv1alpha1.ReasonZoneUpgrade
-			o.requeueAfter = minPositive(o.requeueAfter, pollWhileWaiting)
-		} else if err := r.startVersion(ctx, ests, o, z, g, newest, current, wantCfg, now); err != nil || o.newest != newest {
+			zs.waiting, zs.waitReason = g.why, extendedv1alpha1.ReasonZoneUpgrade
+			zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
+		} else if err := r.startVersion(ctx, ests, zs, z, g, newest, current, wantCfg, now); err != nil || zs.newest != newest {
 			return err
 		}
 		// The new version waits: the existing ones keep being driven and restarted on config changes.
 	}
 
-	if err := r.driveNewest(ctx, ests, o, newest, desired, now); err != nil {
+	if err := r.driveNewest(ctx, ests, zs, newest, desired, now); err != nil {
 		return err
 	}
 	if len(ests.Spec.Template.Spec.VolumeClaimTemplates) > 0 || usesHandover(newest.sts) {
 		// The last step of each volume move: its reclaim policy back once its new claim is bound.
-		if err := r.restoreHeldVolumes(ctx, o, ests.Namespace); err != nil {
+		if err := r.restoreHeldVolumes(ctx, zs, ests.Namespace); err != nil {
 			return err
 		}
 	}
 	if !g.roll {
-		if wantCfg != "" && len(o.missing) == 0 && slices.ContainsFunc(o.versions, func(v *version) bool { return !v.stale() && v.configHash() != wantCfg }) {
-			o.configPending = true
-			o.requeueAfter = minPositive(o.requeueAfter, pollWhileWaiting)
-		}
+		holdConfig(zs, wantCfg)
 		return nil
 	}
-	return r.rollConfig(ctx, ests, o, z, wantCfg, now)
+	return r.rollConfig(ctx, ests, zs, z, wantCfg, now)
+}
+
+// holdConfig notes a configuration change the zone may not roll yet (another zone is busy): it is
+// pending, and the reconcile comes back for it.
+func holdConfig(zs *zoneScope, wantCfg string) {
+	if wantCfg != "" && len(zs.missing) == 0 && slices.ContainsFunc(zs.versions, func(v *version) bool { return !v.stale() && v.configHash() != wantCfg }) {
+		zs.configPending = true
+		zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
+	}
+}
+
+// deleteSuperseded deletes the versions that neither serve nor are the newest: they were superseded (a
+// lower version once a higher one is rolled out, or an unfinished or stale version replaced by a newer
+// template). The previous version kept for a rollback stays, without pods. It returns false while a
+// superseded version still runs ordinals on volumes of the serving version: they move back first.
+func (r *Reconciler) deleteSuperseded(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope, desired int32) (bool, error) {
+	newest, current := zs.newest, zs.current
+	for _, v := range zs.versions {
+		if v == zs.previous && keepPrevious(ests) && v.sts.DeletionTimestamp.IsZero() {
+			// Kept for a rollback while the post Job runs, without pods (with volumes it runs no ordinal).
+			if !usesHandover(v.sts) {
+				if err := r.ensureReplicas(ctx, ests, v, 0); err != nil {
+					return false, err
+				}
+			}
+			continue
+		}
+		if v == newest || v == current {
+			continue
+		}
+		if handingOver(v, current) {
+			// It runs ordinals on volumes moved from the serving version: they go back first, or their
+			// data would stay behind on its claims.
+			done, err := r.handBack(ctx, ests, zs, v, current, desired)
+			if err != nil || !done {
+				zs.waiting = fmt.Sprintf("moving the volumes of superseded version %d back to version %d", v.number, current.number)
+				return false, err
+			}
+		}
+		if err := r.deleteVersion(ctx, ests, v, "superseded by version "+strconv.Itoa(newest.number)); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // startVersion creates the StatefulSet of the next version, unless the serving version must first be
 // Ready (updateNotReady false) or a referenced object is missing. With a pre upgrade Job the version
 // starts in phase PreJob at 0 replicas, unless the Job already completed for this template in another
 // zone.
-func (r *Reconciler) startVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, z zone,
+func (r *Reconciler) startVersion(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope, z zone,
 	g gate, newest, current *version, wantCfg string, now time.Time) error {
 	desired, number := z.replicas, g.next
-	if len(o.missing) > 0 {
-		o.waiting = "the template changed, but the new version would not start: " + strings.Join(o.missing, ", ") + " missing"
+	if len(zs.missing) > 0 {
+		zs.waiting = "the template changed, but the new version would not start: " + strings.Join(zs.missing, ", ") + " missing"
 		return nil
 	}
 	// The gate applies to an upgrade from a settled version; a template change during an upgrade replaces
-	// the version in flight (whose ordinals go back first, see reconcileVersions).
+	// the version in flight (whose ordinals go back first, see deleteSuperseded).
 	if current != nil && current == newest && !ests.Spec.UpdateStrategy.UpdateNotReady && !current.rolledOut() {
-		o.waiting = fmt.Sprintf("the template changed; version %d is not Ready, so the upgrade waits (set spec.updateStrategy.updateNotReady to upgrade anyway)", current.number)
-		o.requeueAfter = pollWhileWaiting
+		zs.waiting = fmt.Sprintf("the template changed; version %d is not Ready, so the upgrade waits (set spec.updateStrategy.updateNotReady to upgrade anyway)", current.number)
+		zs.requeueAfter = pollWhileWaiting
 		return nil
 	}
 	phase, replicas := firstPhase(ests, current, desired)
 	preJob := ""
 	if jobTemplate(ests, extendedv1alpha1.UpgradeJobPre) != nil {
 		done := false
-		if preJob, done = preJobFor(ests, o.jobs, g.all, number); !done {
+		if preJob, done = preJobFor(ests, zs.jobs, g.all, number); !done {
 			phase, replicas = extendedv1alpha1.PhasePreJob, 0
 		}
 	}
 	v, err := r.createVersion(ctx, ests, z, number, wantCfg, phase, replicas, now, preJob)
 	if v != nil {
-		o.versions = append(o.versions, v)
-		o.newest = v
-		o.requeueAfter = watchTime(ests, phase)
+		zs.versions = append(zs.versions, v)
+		zs.newest = v
+		zs.requeueAfter = watchTime(ests, phase)
 	}
 	return err
 }
@@ -313,18 +324,18 @@ func (r *Reconciler) createVersion(ctx context.Context, ests *extendedv1alpha1.E
 }
 
 // driveNewest moves the newest version through its phases.
-func (r *Reconciler) driveNewest(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+func (r *Reconciler) driveNewest(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
 	v *version, desired int32, now time.Time) error {
 	if v.phase() == extendedv1alpha1.PhasePreJob && !v.stale() {
-		return r.drivePre(ctx, ests, o, v, desired)
+		return r.drivePre(ctx, ests, zs, v, desired)
 	}
-	if handingOver(v, o.current) {
-		return r.driveHandover(ctx, ests, o, v, desired, now)
+	if handingOver(v, zs.current) {
+		return r.driveHandover(ctx, ests, zs, v, desired, now)
 	}
 	if v.stale() {
-		if rolledBack(v) && o.current != nil && !o.current.rolledOut() {
+		if rolledBack(v) && zs.current != nil && !zs.current.rolledOut() {
 			// Rolled back: the failed version serves until the previous one runs all its pods again.
-			o.requeueAfter = minPositive(o.requeueAfter, pollWhileWaiting)
+			zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
 			return nil
 		}
 		return r.ensureReplicas(ctx, ests, v, 0)
@@ -339,15 +350,15 @@ func (r *Reconciler) driveNewest(ctx context.Context, ests *extendedv1alpha1.Ext
 			return r.setPhase(ctx, ests, v, extendedv1alpha1.PhaseRollout, desired, now,
 				"Version %d: %d canaries Ready, starting the remaining pods", v.number, canaries)
 		}
-		return r.checkWatch(ctx, ests, o, v, now, true)
+		return r.checkWatch(ctx, ests, zs, v, now, true)
 	case extendedv1alpha1.PhaseRollout:
 		if err := r.ensureReplicas(ctx, ests, v, desired); err != nil {
 			return err
 		}
 		if v.rolledOut() {
-			return r.finishRollout(ctx, ests, o, v, desired, now)
+			return r.finishRollout(ctx, ests, zs, v, desired, now)
 		}
-		return r.checkWatch(ctx, ests, o, v, now, false)
+		return r.checkWatch(ctx, ests, zs, v, now, false)
 	default: // Done, or an unknown phase written by hand: keep it as the serving version.
 		return r.ensureReplicas(ctx, ests, v, desired)
 	}
@@ -357,13 +368,13 @@ func (r *Reconciler) driveNewest(ctx context.Context, ests *extendedv1alpha1.Ext
 // post upgrade Job the version goes to phase PostJob instead of Done (reconcilePost runs the Job once
 // every zone runs it), and with rollbackOnPostFailure the serving version is kept, without pods, until
 // the Job succeeded.
-func (r *Reconciler) finishRollout(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+func (r *Reconciler) finishRollout(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
 	v *version, desired int32, now time.Time) error {
-	if start := v.creationTime(); !start.IsZero() && o.current != nil {
+	if start := v.creationTime(); !start.IsZero() && zs.current != nil {
 		upgradeDuration.Observe(now.Sub(start).Seconds())
 	}
 	phase, format := extendedv1alpha1.PhaseDone, "Version %d rolled out: all %d pods Ready"
-	post := o.current != nil && jobTemplate(ests, extendedv1alpha1.UpgradeJobPost) != nil
+	post := zs.current != nil && jobTemplate(ests, extendedv1alpha1.UpgradeJobPost) != nil
 	if post {
 		phase, format = extendedv1alpha1.PhasePostJob, "Version %d rolled out: all %d pods Ready; the post upgrade Job follows"
 	}
@@ -372,10 +383,10 @@ func (r *Reconciler) finishRollout(ctx context.Context, ests *extendedv1alpha1.E
 	}
 	keep := (*version)(nil)
 	if post && keepPrevious(ests) {
-		keep = o.current
+		keep = zs.current
 	}
 	// The lower versions go in this same reconcile, now that this one serves.
-	for _, old := range o.versions {
+	for _, old := range zs.versions {
 		if old.number < v.number && old != keep {
 			if err := r.deleteVersion(ctx, ests, old, "version "+strconv.Itoa(v.number)+" rolled out"); err != nil {
 				return err
@@ -387,7 +398,7 @@ func (r *Reconciler) finishRollout(ctx context.Context, ests *extendedv1alpha1.E
 			return err
 		}
 	}
-	o.previous, o.current = keep, v
+	zs.previous, zs.current = keep, v
 	return nil
 }
 
@@ -399,7 +410,7 @@ func handingOver(newest, current *version) bool {
 
 // checkWatch enforces the watch time of a version's phase: each newly Ready pod restarts it; when it
 // runs out, canaries are restarted (up to retryCount times) and then the version is marked stale.
-func (r *Reconciler) checkWatch(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome,
+func (r *Reconciler) checkWatch(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
 	v *version, now time.Time, canary bool) error {
 	phase := v.phase()
 	limit := watchTime(ests, phase)
@@ -412,7 +423,7 @@ func (r *Reconciler) checkWatch(ctx context.Context, ests *extendedv1alpha1.Exte
 		})
 	}
 	if left := start.Add(limit).Sub(now); left > 0 {
-		o.requeueAfter = left + 10*time.Millisecond
+		zs.requeueAfter = left + 10*time.Millisecond
 		return nil
 	}
 	retries := v.intAnnotation(extendedv1alpha1.CanaryRetriesAnnotation)
@@ -423,7 +434,7 @@ func (r *Reconciler) checkWatch(ctx context.Context, ests *extendedv1alpha1.Exte
 		canaryRetries.WithLabelValues(ests.Namespace, ests.Name).Inc()
 		r.event(ests, v.sts, corev1.EventTypeWarning, extendedv1alpha1.EventCanaryRetry, "Restart",
 			"Version %d: canaries not Ready within %s; restarted them (retry %d of %d)", v.number, limit, retries+1, ests.Spec.UpdateStrategy.RetryCount)
-		o.requeueAfter = limit
+		zs.requeueAfter = limit
 		return r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
 			sts.Annotations[extendedv1alpha1.CanaryRetriesAnnotation] = strconv.Itoa(int(retries + 1))
 			sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = now.UTC().Format(time.RFC3339Nano)
@@ -435,8 +446,8 @@ func (r *Reconciler) checkWatch(ctx context.Context, ests *extendedv1alpha1.Exte
 		reason, what = extendedv1alpha1.ReasonUpdateFailed, "pods"
 	}
 	msg := fmt.Sprintf("version %d: %s not Ready within %s after %d retries; marked stale", v.number, what, limit, retries)
-	if o.current != nil {
-		msg += fmt.Sprintf(", version %d keeps serving", o.current.number)
+	if zs.current != nil {
+		msg += fmt.Sprintf(", version %d keeps serving", zs.current.number)
 	}
 	return r.markStale(ctx, ests, v, reason, msg)
 }
@@ -536,15 +547,15 @@ func (r *Reconciler) ensureReplicas(ctx context.Context, ests *extendedv1alpha1.
 
 // rollConfig puts the wanted config hash into the pod template of every version that is not stale, once
 // the debounce allows: the StatefulSet controller then rolls the pods one at a time.
-func (r *Reconciler) rollConfig(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, o *outcome, z zone, wantCfg string, now time.Time) error {
+func (r *Reconciler) rollConfig(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope, z zone, wantCfg string, now time.Time) error {
 	key := debounceKey(ests, z)
-	if wantCfg == "" || len(o.missing) > 0 {
+	if wantCfg == "" || len(zs.missing) > 0 {
 		// Off, or a referenced object is missing: rolling now would start pods that cannot start.
 		r.debounce.forget(key)
 		return nil
 	}
 	var stale []*version
-	for _, v := range o.versions {
+	for _, v := range zs.versions {
 		if !v.stale() && v.configHash() != wantCfg && v.sts.DeletionTimestamp.IsZero() {
 			stale = append(stale, v)
 		}
@@ -555,8 +566,8 @@ func (r *Reconciler) rollConfig(ctx context.Context, ests *extendedv1alpha1.Exte
 	}
 	wait, first := r.debounce.wait(key, wantCfg, now, quietPeriod(ests))
 	if wait > 0 {
-		o.configPending = true
-		o.requeueAfter = minPositive(o.requeueAfter, wait)
+		zs.configPending = true
+		zs.requeueAfter = minPositive(zs.requeueAfter, wait)
 		return nil
 	}
 	for _, v := range stale {
@@ -575,7 +586,7 @@ func (r *Reconciler) rollConfig(ctx context.Context, ests *extendedv1alpha1.Exte
 	}
 	configDelay.Observe(now.Sub(first).Seconds())
 	r.debounce.forget(key)
-	o.configRolled = true
+	zs.configRolled = true
 	return nil
 }
 

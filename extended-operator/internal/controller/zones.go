@@ -21,7 +21,7 @@ import (
 // <name>-z<index>-v<N>, labelled with the zone (in their selectors too, so the pods and claims of two
 // zones never match each other's StatefulSet), pinned to the zone by a required node affinity, their
 // containers told the zone by KUBE_AZ and AZ_INDEX. The upgrade machinery of upgrade.go runs per zone;
-// reconcileVersions only decides which zone may start an upgrade or a configuration roll, so that at most
+// zoneGate only decides which zone may start an upgrade or a configuration roll, so that at most
 // one zone at a time has pods being replaced: a zone outage during an upgrade costs one zone, not two.
 // Without zones there is one zone named "" whose StatefulSets are named and built exactly as before.
 
@@ -163,8 +163,8 @@ func applyZone(sts *appsv1.StatefulSet, z zone) {
 
 // upgrading reports whether a zone's versions have an upgrade in flight: a newer version than the
 // serving one that is not stale, or a stale one still handing its volumes back.
-func upgrading(o *outcome) bool {
-	n, c := o.newest, o.current
+func upgrading(zs *zoneScope) bool {
+	n, c := zs.newest, zs.current
 	if n == nil || n == c || !n.sts.DeletionTimestamp.IsZero() {
 		return false
 	}
@@ -179,8 +179,8 @@ func rolling(v *version) bool {
 }
 
 // busy reports whether a zone is replacing pods: an upgrade or a configuration roll.
-func busy(o *outcome) bool {
-	return upgrading(o) || (o.current != nil && rolling(o.current)) || o.configRolled
+func busy(zs *zoneScope) bool {
+	return upgrading(zs) || (zs.current != nil && rolling(zs.current)) || zs.configRolled
 }
 
 // removeZone deletes the StatefulSets of a zone that left spec.az.zones. Their claims stay unless
