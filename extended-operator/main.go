@@ -2,10 +2,7 @@
 package main
 
 import (
-	"context"
-
 	"k8s.io/apimachinery/pkg/runtime"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/statefulops/statefulops/extended-operator/internal/controller"
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
@@ -19,7 +16,7 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {
-	opts := controller.Options{}
+	opts := &controller.Options{}
 	manager.Main(manager.Options{
 		Name:             "extended-operator",
 		Short:            "Runs ExtendedStatefulSet: scaling limits, config-change restarts and versioned canary upgrades.",
@@ -28,8 +25,6 @@ func main() {
 		Flags:            opts.AddFlags,
 		// ConfigMaps and Secrets as slim metadata only (controller/cache.go).
 		Cache: controller.CacheOptions,
-		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
-			return controller.SetupWithOptions(ctx, mgr, opts)
-		},
+		Setup: opts.Setup,
 	})
 }

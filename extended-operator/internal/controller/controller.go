@@ -92,12 +92,9 @@ type Reconciler struct {
 	debounce *debouncer
 }
 
-// Options adjust SetupWithOptions for tests and from the command line (AddFlags).
+// Options configure the controller, from the command line (AddFlags) and in tests (Overrides, HashKey).
 type Options struct {
-	// Client replaces the manager's client for writes, e.g. to inject API errors.
-	Client client.Client
-	// Clock replaces the real clock.
-	Clock clock.PassiveClock
+	opsutil.Overrides
 	// ConfigQuietPeriod and ConfigMaxDelay tune the debounce of configuration changes; zero means the
 	// defaults.
 	ConfigQuietPeriod, ConfigMaxDelay time.Duration
@@ -108,8 +105,8 @@ type Options struct {
 	HashKey []byte
 }
 
-// AddFlags adds the operator's flags to the command's flag set; they set o, which main.go passes to
-// SetupWithOptions.
+// AddFlags adds the operator's flags to the command's flag set; they set o, whose Setup main.go passes
+// to shared/manager.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ConfigQuietPeriod, "config-quiet-period", DefaultConfigQuietPeriod,
 		"How long referenced ConfigMap/Secret data must stay unchanged before pods roll (bursts roll once), for ExtendedStatefulSets without spec.updateStrategy.configChangeQuietPeriod.")
@@ -119,8 +116,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Secret (namespace/name) holding the key of the config hash; created with a random key when missing.")
 }
 
-// SetupWithOptions registers the ExtendedStatefulSet controller with the manager.
-func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error {
+// Setup registers the ExtendedStatefulSet controller with the manager.
+func (o *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
+	opts := *o // the defaults below fill a copy
 	opsutil.RegisterMetrics(versionsCreated, versionsDeleted, staleVersions, canaryRetries,
 		configRestarts, replicasRestored, volumeHandovers, configDelay, upgradeDuration, zonesRemoved, zoneUpgradesWaiting,
 		upgradeJobsCreated, zonesWithoutReadyNode)
@@ -139,16 +137,13 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 		opts.ConfigMaxDelay = DefaultConfigMaxDelay
 	}
 	r := &Reconciler{
-		Client:    opts.Client,
+		Client:    opts.WriteClient(mgr.GetClient()),
 		Cache:     mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Scheme:    mgr.GetScheme(),
 		Recorder:  mgr.GetEventRecorder("extended-operator"),
-		Clock:     opts.Clock,
+		Clock:     opts.PassiveClock(),
 		debounce:  newDebouncer(opts.ConfigQuietPeriod, opts.ConfigMaxDelay),
-	}
-	if r.Client == nil {
-		r.Client = mgr.GetClient()
 	}
 	if r.HashKey = opts.HashKey; r.HashKey == nil {
 		if opts.HashKeySecret == "" {
@@ -159,9 +154,6 @@ func SetupWithOptions(ctx context.Context, mgr ctrl.Manager, opts Options) error
 			return err
 		}
 		r.HashKey = key
-	}
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("extendedstatefulset").

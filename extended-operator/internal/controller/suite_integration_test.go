@@ -63,7 +63,7 @@ func startOperator(t *testing.T, funcs *interceptor.Funcs) *operator {
 		require.NoError(t, err)
 		opts.Client = interceptor.NewClient(writer, *funcs)
 	}
-	return &operator{stop: suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error { return SetupWithOptions(ctx, mgr, opts) },
+	return &operator{stop: suite.StartManager(t, opts.Setup,
 		func(o *ctrl.Options) { CacheOptions(&o.Cache) })} // as main.go does
 }
 
