@@ -99,9 +99,6 @@ func TestBenchLeaseFailover(t *testing.T) {
 	})
 }
 
-// leaseBenchMillis converts a duration to milliseconds.
-func leaseBenchMillis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // leaseBenchStatusWriter returns the lock db-lock's status.writerPod.
 func leaseBenchStatusWriter(t *testing.T, ns string) string {
 	obj, err := locks(ns).Get(t.Context(), "db-lock", metav1.GetOptions{})

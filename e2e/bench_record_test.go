@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"fmt"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"strings"
 
 	"github.com/statefulops/statefulops/e2e/benchfmt"
 )
@@ -38,3 +40,6 @@ func recordFigure(t *testing.T, f benchfmt.Figure) {
 	t.Log(line)
 	require.NoError(t, benchfmt.Append(benchfmt.FiguresFile(), f))
 }
+
+// leaseBenchMillis converts a duration to milliseconds.
+func leaseBenchMillis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

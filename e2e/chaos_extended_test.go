@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"fmt"
-	"math/rand"
 	"strings"
 	"sync"
 	"testing"
@@ -163,11 +162,6 @@ func updateSecretData(t *testing.T, ns, value string) {
 		_, err = client.CoreV1().Secrets(ns).Update(t.Context(), s, metav1.UpdateOptions{})
 		return err
 	})
-}
-
-// sleepRandom waits a random duration in [lo, hi) (the test driver, not a reconcile).
-func sleepRandom(rng *rand.Rand, lo, hi time.Duration) {
-	time.Sleep(lo + time.Duration(rng.Int63n(int64(hi-lo))))
 }
 
 // plannedRestarts counts the pods of sts the checker saw run whose replacement runs because of the

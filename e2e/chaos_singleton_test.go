@@ -7,22 +7,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand"
-	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
-	"github.com/statefulops/statefulops/e2e/operators"
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
 
@@ -190,13 +185,6 @@ func podNode(t *testing.T, ns, name string) string {
 	return pod.Spec.NodeName
 }
 
-func ignoreGone(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
 // releasedIntervals returns, per pod the timeline saw released, [released, gone) in the test's clock
 // (gone zero: still there).
 func releasedIntervals(tl *podTimeline) [][2]time.Time {
@@ -225,103 +213,6 @@ func overlappingIntervals(ivs [][2]time.Time) int {
 		}
 	}
 	return overlaps
-}
-
-// chaosWebhook is the webhook server run locally on a fixed loopback port, with the singleton
-// manifest's MutatingWebhookConfiguration pointed at it (on kwok nodes the in-cluster replicas do not
-// really run, so the API server could not call them; the caller parks them, see
-// scaleWebhookDeployment); the configuration is put back when the test ends.
-type chaosWebhook struct {
-	stateDir string
-	binary   operators.Binary
-	mu       sync.Mutex
-}
-
-const singletonWebhookConfiguration = "singleton-operator-mutating-webhook-configuration"
-
-func startChaosWebhook(t *testing.T) *chaosWebhook {
-	t.Helper()
-	ctx := t.Context()
-	probe, err1 := freeLoopbackPort()
-	metrics, err2 := freeLoopbackPort()
-	port, err3 := freeLoopbackPort()
-	require.NoError(t, err1)
-	require.NoError(t, err2)
-	require.NoError(t, err3)
-	wh := &chaosWebhook{stateDir: filepath.Join(filepath.Dir(kubeconfig), "chaos-webhook"),
-		binary: operators.Binary{Name: "webhook-server", ProbePort: probe, MetricsPort: metrics, WebhookPort: port}}
-	t.Cleanup(func() {
-		assert.NoError(t, operators.Stop(context.Background(), wh.stateDir, 15*time.Second, "webhook-server"))
-	})
-	require.NoError(t, wh.start(ctx))
-	ca, err := operators.WebhookCABundle(wh.stateDir, "webhook-server")
-	require.NoError(t, err)
-
-	cfgs := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	t.Cleanup(func() { restoreWebhookService(t) })
-	retryOnConflict(t, func() error {
-		cur, err := cfgs.Get(ctx, singletonWebhookConfiguration, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		for i := range cur.Webhooks {
-			url := fmt.Sprintf("https://127.0.0.1:%d/mutate--v1-pod", port)
-			cur.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: ca}
-		}
-		_, err = cfgs.Update(ctx, cur, metav1.UpdateOptions{})
-		return err
-	})
-	t.Logf("webhook-server local on 127.0.0.1:%d (log %s)", port, operators.LogPath(wh.stateDir, "webhook-server"))
-	return wh
-}
-
-func (w *chaosWebhook) start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var last error
-	for attempt := 0; attempt < 60 && ctx.Err() == nil; attempt++ {
-		if _, last = operators.Start(ctx, operators.Options{StateDir: w.stateDir, Kubeconfig: kubeconfig}, []operators.Binary{w.binary}); last == nil {
-			return nil
-		}
-		_ = operators.Stop(context.WithoutCancel(ctx), w.stateDir, time.Second, "webhook-server")
-		time.Sleep(time.Second) // test helper: the API server may be away
-	}
-	return fmt.Errorf("starting the webhook server: %w", last)
-}
-
-func (w *chaosWebhook) kill(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return killByPIDFile(ctx, w.stateDir, "webhook-server")
-}
-
-// restoreWebhookService points the singleton webhook configuration back at the in-cluster webhook
-// Service, as the manifest has it (the in-cluster rotator injects its CA again when it runs).
-func restoreWebhookService(t *testing.T) {
-	t.Helper()
-	cfgs := client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	retryOnConflict(t, func() error {
-		cur, err := cfgs.Get(context.Background(), singletonWebhookConfiguration, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil // not installed yet
-		}
-		if err != nil {
-			return err
-		}
-		changed := false
-		for i := range cur.Webhooks {
-			if cur.Webhooks[i].ClientConfig.Service == nil {
-				cur.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
-					Namespace: singletonNamespace, Name: "singleton-operator-webhook-service", Path: ptr.To("/mutate--v1-pod"), Port: ptr.To[int32](443)}}
-				changed = true
-			}
-		}
-		if !changed {
-			return nil
-		}
-		_, err = cfgs.Update(context.Background(), cur, metav1.UpdateOptions{})
-		return err
-	})
 }
 
 // scaleWebhookDeployment scales the in-cluster webhook server; at 0 it waits until its pods are gone.

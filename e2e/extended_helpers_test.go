@@ -15,15 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 )
@@ -32,37 +28,10 @@ import (
 // ServiceAccount, typed access to ExtendedStatefulSets through the dynamic client, and the invariant
 // checkers (spurious restarts, a claim used by two live pods).
 
-var extendedGVR = schema.GroupVersionResource{Group: "fissile.cloudfoundry.org", Version: "v1alpha1", Resource: "extendedstatefulsets"}
-
 // startExtendedOperator runs extended-operator as a local process for the test (see
 // startLocalOperator).
 func startExtendedOperator(t *testing.T) *localOperator {
 	return startLocalOperator(t, "extended-operator")
-}
-
-// estsClient is the ExtendedStatefulSet resource of ns.
-func estsClient(ns string) dynamic.ResourceInterface {
-	return dynamic.NewForConfigOrDie(restConfig).Resource(extendedGVR).Namespace(ns)
-}
-
-// newESTS is an ExtendedStatefulSet of replicas pause pods labelled app=name, with updateOnEnvChange
-// and one canary.
-func newESTS(name string, replicas int32) *extendedv1alpha1.ExtendedStatefulSet {
-	return &extendedv1alpha1.ExtendedStatefulSet{
-		TypeMeta:   metav1.TypeMeta{APIVersion: extendedv1alpha1.GroupVersion.String(), Kind: "ExtendedStatefulSet"},
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: extendedv1alpha1.ExtendedStatefulSetSpec{
-			UpdateOnEnvChange: ptr.To(true),
-			UpdateStrategy:    extendedv1alpha1.UpdateStrategy{Canaries: ptr.To[int32](1)},
-			Template: extendedv1alpha1.StatefulSetTemplate{Spec: appsv1.StatefulSetSpec{
-				Replicas:            ptr.To(replicas),
-				ServiceName:         name,
-				PodManagementPolicy: appsv1.ParallelPodManagement,
-				Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-				Template:            podTemplate(name),
-			}},
-		},
-	}
 }
 
 func toUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
@@ -133,32 +102,6 @@ func estsCondition(e *extendedv1alpha1.ExtendedStatefulSet, condType string) met
 		}
 	}
 	return ""
-}
-
-// fetchStatefulSet returns a StatefulSet (nil, nil when it does not exist).
-func fetchStatefulSet(ctx context.Context, ns, name string) (*appsv1.StatefulSet, error) {
-	sts, err := client.AppsV1().StatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	return sts, err
-}
-
-// waitRolled waits until the StatefulSet runs its current template on every pod, all Ready.
-func waitRolled(t *testing.T, ns, name string) {
-	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		sts, err := fetchStatefulSet(t.Context(), ns, name)
-		if !assert.NoError(c, err) || !assert.NotNil(c, sts) {
-			return
-		}
-		n := ptr.Deref(sts.Spec.Replicas, 1)
-		st := sts.Status
-		assert.GreaterOrEqual(c, st.ObservedGeneration, sts.Generation)
-		assert.Equal(c, n, st.ReadyReplicas)
-		assert.Equal(c, n, st.UpdatedReplicas)
-		assert.Equal(c, st.UpdateRevision, st.CurrentRevision)
-	}, timeout, tick, "StatefulSet %s rolled", name)
 }
 
 // restartChecker is the spurious-restart invariant checker of one namespace. It watches the StatefulSets

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,53 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/statefulops/statefulops/e2e/localcluster"
 	"github.com/statefulops/statefulops/e2e/operators"
 	"github.com/statefulops/statefulops/shared/seedexamples"
 )
-
-// installOnce installs every manifest of deploy/ once per run; the tests below build on it. When the
-// cluster has a real node, the cluster steers the operators' namespaces onto it
-// (localcluster.RealNodeNamespaces), so the operators run there as real pods from our images.
-var installOnce = sync.OnceValues(func() ([]string, error) {
-	root, err := localcluster.RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	manifests, err := operators.Manifests(root)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	return manifests, operators.Install(ctx, kubectl(), manifests)
-})
-
-// realNodeReady reports whether the cluster under test has a Ready real node (label statefulops.dev/node=real).
-func realNodeReady(ctx context.Context) (bool, error) {
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: operators.RealNodeLabel})
-	if err != nil {
-		return false, err
-	}
-	for i := range nodes.Items {
-		if localcluster.NodeReady(&nodes.Items[i]) {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// kubectl runs the kubectl the Makefile built against the cluster under test.
-func kubectl() operators.Kubectl {
-	return operators.Kubectl{Bin: filepath.Join(os.Getenv("STATEFULOPS_KUBE_BIN"), "kubectl"), Kubeconfig: kubeconfig}
-}
-
-func install(t *testing.T) []string {
-	t.Helper()
-	manifests, err := installOnce()
-	require.NoError(t, err, "kubectl apply -f deploy/<operator>.yaml")
-	return manifests
-}
 
 // Every manifest of deploy/ installs with a plain client-side `kubectl apply -f`, as users run it: its
 // CRD is established, and its operator Deployment's pod is admitted under restricted Pod Security and
@@ -104,15 +59,6 @@ func TestEveryManifestInstallsWithKubectlApply(t *testing.T) {
 			require.NoError(t, err)
 		})
 	}
-}
-
-// realNodeName returns the name of the cluster's real node.
-func realNodeName(t *testing.T) string {
-	t.Helper()
-	nodes, err := client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: operators.RealNodeLabel})
-	require.NoError(t, err)
-	require.Len(t, nodes.Items, 1)
-	return nodes.Items[0].Name
 }
 
 // Each operator runs under the RBAC its manifest grants and wins its leader election in its own
@@ -195,12 +141,4 @@ func TestSeedExamplesApplyOnTheCluster(t *testing.T) {
 		assert.Contains(t, out, kind, "`kubectl get statefulops` lists every kind")
 	}
 	t.Logf("seed examples applied: %d", len(examples))
-}
-
-// testLog sends the operators package's progress lines to the test log.
-type testLog struct{ t *testing.T }
-
-func (l testLog) Write(p []byte) (int, error) {
-	l.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }

@@ -17,11 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
@@ -39,10 +36,6 @@ import (
 
 // leaseGate is the readiness gate of the test StatefulSets' pods.
 const leaseGate = "statefulops.dev/e2e-ready"
-
-// lockGVR is the StatefulSetLock resource; the tests use the dynamic client so the e2e module needs
-// no controller-runtime client.
-var lockGVR = schema.GroupVersionResource{Group: "app.anukkrit.me", Version: "v1", Resource: "statefulsetlocks"}
 
 // startLeaseOperator runs lease-operator as a local process for the test (see startLocalOperator).
 func startLeaseOperator(t *testing.T) *localOperator { return startLocalOperator(t, "lease-operator") }
@@ -67,17 +60,6 @@ func leaseStatefulSet(t *testing.T, ns, name string, replicas int32) {
 	_, err := client.AppsV1().StatefulSets(ns).Create(t.Context(), sts, metav1.CreateOptions{})
 	require.NoError(t, err)
 	waitStatefulSetReady(t, ns, name, replicas)
-}
-
-func waitStatefulSetReady(t *testing.T, ns, name string, replicas int32) {
-	t.Helper()
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		sts, err := client.AppsV1().StatefulSets(ns).Get(t.Context(), name, metav1.GetOptions{})
-		require.NoError(c, err)
-		assert.Equal(c, replicas, sts.Status.ReadyReplicas)
-		assert.Equal(c, replicas, sts.Status.UpdatedReplicas)
-		assert.Equal(c, sts.Status.CurrentRevision, sts.Status.UpdateRevision)
-	}, timeout, tick, "StatefulSet %s ready", name)
 }
 
 // readinessKeeper sets the gate True on every pod of the namespace that has no gate condition yet,
@@ -135,10 +117,6 @@ func createLock(t *testing.T, ns string, s lockSpec) {
 	}}
 	_, err := locks(ns).Create(t.Context(), obj, metav1.CreateOptions{})
 	require.NoError(t, err)
-}
-
-func locks(ns string) dynamic.ResourceInterface {
-	return dynamic.NewForConfigOrDie(restConfig).Resource(lockGVR).Namespace(ns)
 }
 
 // patchLock applies a JSON merge patch to the lock.
@@ -369,10 +347,4 @@ func summarize(ds []time.Duration) string {
 	slices.Sort(s)
 	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
 	return fmt.Sprintf("p50 %s, p99 %s, max %s (n=%d)", pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
-}
-
-// retryOnConflict runs f until it does not fail with a conflict.
-func retryOnConflict(t *testing.T, f func() error) {
-	t.Helper()
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, f))
 }

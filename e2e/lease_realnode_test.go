@@ -3,12 +3,8 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -85,29 +81,4 @@ func createTestAppStatefulSet(t *testing.T, ns, name string, replicas int32) {
 	require.NoError(t, err)
 	_, err = kubectl().Run(t.Context(), "rollout", "status", "-n", ns, "statefulset/"+name, "--timeout=120s")
 	require.NoError(t, err)
-}
-
-// testAppPID finds the host PID of the test app running as pod ns/name on the real node, by the
-// downward-API identity in its environment.
-func testAppPID(t *testing.T, ns, name string) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
-	want := []string{"POD_NAME=" + name, "POD_NAMESPACE=" + ns}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil {
-			continue
-		}
-		vars := strings.Split(string(environ), "\x00")
-		if slices.Contains(vars, want[0]) && slices.Contains(vars, want[1]) {
-			return pid
-		}
-	}
-	t.Fatalf("no test-app process of pod %s/%s on this host", ns, name)
-	return 0
 }

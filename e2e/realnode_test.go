@@ -3,15 +3,11 @@
 package e2e
 
 import (
-	"bufio"
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -37,23 +33,6 @@ import (
 // real node, the test fails with the reason, unless E2E_REAL_NODE=0 turned the real node off on
 // purpose; then it logs "real node off" and returns early, passing, and TestMain's summary line says
 // "e2e: real-node tests OFF (<why>)".
-
-// needRealNode reports whether the real-node test t can run: true when the cluster has the real node.
-// Without it, t fails with the reason, unless E2E_REAL_NODE=0 was given; then t logs the reason and
-// the caller returns early.
-func needRealNode(t *testing.T) bool {
-	t.Helper()
-	switch {
-	case realNode.on:
-		return true
-	case realNode.explicitlyOff:
-		t.Logf("real node off: %s; not run", realNode.off)
-		return false
-	default:
-		t.Fatalf("real node off: %s (set %s=0 to run without it)", realNode.off, localcluster.RealNodeEnv)
-		return false
-	}
-}
 
 // TestRealNodeJoinsTainted checks the real node: Ready, a real kubelet and containerd, its label and
 // NoSchedule taint, and none of kwok's labels; a plain pod lands on a kwok node, and a pod that selects
@@ -196,90 +175,6 @@ func TestRealNodeRunsTestApp(t *testing.T) {
 		assert.Equal(t, 0, stop.ExitCode)
 		assert.True(t, sigterm.Time.After(start.Add(-time.Second)), "sigterm after the delete")
 	})
-}
-
-// testAppPod is a pod running the test app on the real node (it selects the node and tolerates its
-// taint), with the downward API identity and the record dir the app writes its records to.
-func testAppPod(name string, args ...string) *corev1.Pod {
-	field := func(path string) *corev1.EnvVarSource {
-		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{realnode.LabelKey: realnode.LabelValue},
-			Tolerations: []corev1.Toleration{{
-				Key: realnode.TaintKey, Operator: corev1.TolerationOpEqual, Value: realnode.LabelValue, Effect: corev1.TaintEffectNoSchedule,
-			}},
-			Containers: []corev1.Container{{
-				Name:            "app",
-				Image:           testAppImage(),
-				ImagePullPolicy: corev1.PullNever,
-				Args:            append([]string{"--record-dir=/records"}, args...),
-				Env: []corev1.EnvVar{
-					{Name: "POD_NAME", ValueFrom: field("metadata.name")},
-					{Name: "POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
-					{Name: "POD_UID", ValueFrom: field("metadata.uid")},
-					{Name: "NODE_NAME", ValueFrom: field("spec.nodeName")},
-				},
-				Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
-				ReadinessProbe: &corev1.Probe{
-					ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt32(8080)}},
-					PeriodSeconds: 1,
-				},
-				VolumeMounts: []corev1.VolumeMount{{Name: "records", MountPath: "/records"}},
-			}},
-			Volumes: []corev1.Volume{{
-				Name: "records",
-				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
-					Path: realnode.RecordDir(realNode.stateDir), Type: ptr.To(corev1.HostPathDirectory),
-				}},
-			}},
-		},
-	}
-}
-
-// testAppImage is the test app's image as `make images` tags it: statefulops/testapp:v<VERSION>.
-func testAppImage() string {
-	version := "0.0.0"
-	if root, err := localcluster.RepoRoot(); err == nil {
-		if raw, err := os.ReadFile(filepath.Join(root, "VERSION")); err == nil {
-			version = strings.TrimSpace(string(raw))
-		}
-	}
-	return "statefulops/testapp:v" + version
-}
-
-// appRecord is one JSON line the test app records.
-type appRecord struct {
-	Time     time.Time `json:"time"`
-	Event    string    `json:"event"`
-	ExitCode int       `json:"exit_code"`
-	Pod      struct {
-		Name, Namespace, UID, Node string
-	} `json:"pod"`
-}
-
-// findRecord returns the first record of event among the JSON lines of out, failing t without one.
-func findRecord(t *testing.T, out, event string) appRecord {
-	t.Helper()
-	s := bufio.NewScanner(strings.NewReader(out))
-	for s.Scan() {
-		var r appRecord
-		if json.Unmarshal(s.Bytes(), &r) == nil && r.Event == event {
-			return r
-		}
-	}
-	require.Failf(t, "no record", "no %q record in:\n%s", event, out)
-	return appRecord{}
-}
-
-// kubectlOnRealNode runs the local cluster's kubectl against the cluster under test.
-func kubectlOnRealNode(t *testing.T, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, realNode.kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
-	return string(out), err
 }
 
 // TestRealNodeRecoversFromAKilledRun kills the real node's daemons with SIGKILL while a pod runs, as a

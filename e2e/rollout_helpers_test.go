@@ -27,17 +27,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 )
 
 // Helpers of rollout_test.go: rollout-operator as a local process, a real Prometheus (Debian's
 // /usr/bin/prometheus) on loopback scraping an exporter the test controls, a recording proxy between
 // the operator and Prometheus, and the invariant checker.
-
-var phasedRolloutGVR = schema.GroupVersionResource{Group: "sts.plus", Version: "v1alpha1", Resource: "phasedrollouts"}
 
 // startRolloutOperator runs rollout-operator as a local process for the test (see startLocalOperator).
 func startRolloutOperator(t *testing.T) *localOperator {
@@ -344,38 +339,6 @@ func checkAdvances(pw *partitionWatch, rp *recordingProxy, marker string, thresh
 		}
 	}
 	return inv
-}
-
-// rolloutStatefulSet creates a StatefulSet of pause pods and waits until they are Ready.
-func rolloutStatefulSet(t *testing.T, ns, name string, replicas, start int32) {
-	t.Helper()
-	sts := &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas:            &replicas,
-			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			Template:            podTemplate(name),
-			PodManagementPolicy: appsv1.ParallelPodManagement,
-		},
-	}
-	if start != 0 {
-		sts.Spec.Ordinals = &appsv1.StatefulSetOrdinals{Start: start}
-	}
-	_, err := client.AppsV1().StatefulSets(ns).Create(t.Context(), sts, metav1.CreateOptions{})
-	require.NoError(t, err)
-	waitStatefulSetReady(t, ns, name, replicas)
-}
-
-// bumpTemplate changes the pod template, so the StatefulSet gets a new update revision.
-func bumpTemplate(t *testing.T, ns, name, value string) {
-	t.Helper()
-	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"e2e/rev":%q}}}}}`, value)
-	_, err := client.AppsV1().StatefulSets(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	require.NoError(t, err)
-}
-
-func rollouts(ns string) dynamic.ResourceInterface {
-	return dynamic.NewForConfigOrDie(restConfig).Resource(phasedRolloutGVR).Namespace(ns)
 }
 
 // createPhasedRollout creates a PhasedRollout of sts with a fast check against url.

@@ -19,11 +19,6 @@ import (
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
 
-const (
-	singletonNamespace = "singleton-operator-system"
-	webhookDeployment  = "singleton-operator-webhook-server"
-)
-
 // The webhook server installed from deploy/singleton-operator.yaml runs on the real node (it must
 // really serve TLS): its replicas become Ready only with a rotated certificate whose CA is in the
 // MutatingWebhookConfiguration, the API server reaches them through the Service, pods of a labelled

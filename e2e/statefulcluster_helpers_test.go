@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -14,49 +12,22 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/utils/ptr"
 
-	"github.com/statefulops/statefulops/e2e/localcluster"
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 )
 
 // Helpers of statefulcluster_test.go: cluster-operator as a local process and the invariant checker.
 // Claims bind through the cluster's default StorageClass (the local cluster's provisioner).
 
-var statefulClusterGVR = schema.GroupVersionResource{Group: "enge.me", Version: "v1alpha1", Resource: "statefulclusters"}
-
 // startClusterOperator runs cluster-operator as a local process for the test (see startLocalOperator).
 func startClusterOperator(t *testing.T) *localOperator {
 	return startLocalOperator(t, "cluster-operator")
-}
-
-// statefulClusters is the StatefulCluster resource of ns.
-func statefulClusters(ns string) dynamic.ResourceInterface {
-	return dynamic.NewForConfigOrDie(restConfig).Resource(statefulClusterGVR).Namespace(ns)
-}
-
-// newStatefulCluster returns a StatefulCluster of pause pods labelled app=name, Parallel, stays
-// Terminating 1s when deleted.
-func newStatefulCluster(name string, replicas int32) *clusterv1alpha1.StatefulCluster {
-	template := podTemplate(name)
-	return &clusterv1alpha1.StatefulCluster{
-		TypeMeta:   metav1.TypeMeta{APIVersion: clusterv1alpha1.GroupVersion.String(), Kind: "StatefulCluster"},
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: clusterv1alpha1.StatefulClusterSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			Template: template,
-		},
-	}
 }
 
 // withDataClaim adds the claim template "data" (1Gi, ReadWriteOnce).
@@ -303,40 +274,4 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	slices.Sort(s)
 	i := int(float64(len(s))*p+0.999999) - 1
 	return s[min(max(i, 0), len(s)-1)]
-}
-
-// scaleNodes creates extra kwok nodes (type=kwok, managed by kwok like the local cluster's own) with
-// room for many pods, for the 0→500 comparison; they are deleted when the test ends.
-func scaleNodes(t *testing.T, n int) {
-	t.Helper()
-	for i := range n {
-		name := fmt.Sprintf("statefulops-kwok-scale-%d", i)
-		capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("256"), corev1.ResourceMemory: resource.MustParse("1Ti"), corev1.ResourcePods: resource.MustParse("400")}
-		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
-				localcluster.KwokNodeLabel: localcluster.KwokNodeValue, corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
-				"statefulops.dev/scale-test": "true",
-			}},
-			Spec: corev1.NodeSpec{PodCIDR: fmt.Sprintf("10.245.%d.0/24", i), PodCIDRs: []string{fmt.Sprintf("10.245.%d.0/24", i)}},
-			Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity, Addresses: []corev1.NodeAddress{
-				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.0.1.%d", 10+i)}, {Type: corev1.NodeHostName, Address: name}}},
-		}
-		_, err := client.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{})
-		if !apierrors.IsAlreadyExists(err) {
-			require.NoError(t, err)
-		}
-		t.Cleanup(func() { _ = client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	}
-	require.Eventually(t, func() bool {
-		nodes, err := client.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{LabelSelector: "statefulops.dev/scale-test=true"})
-		if err != nil || len(nodes.Items) != n {
-			return false
-		}
-		for i := range nodes.Items {
-			if nodeCondition(&nodes.Items[i], corev1.NodeReady) != corev1.ConditionTrue {
-				return false
-			}
-		}
-		return true
-	}, timeout, tick, "scale-test nodes Ready")
 }
