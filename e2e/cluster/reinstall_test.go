@@ -18,6 +18,7 @@ import (
 	"github.com/statefulops/statefulops/e2e/framework"
 	"github.com/statefulops/statefulops/e2e/localcluster"
 	"github.com/statefulops/statefulops/e2e/realnode"
+	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 )
 
 // TestReinstallRunsOnTheRealNode re-installs one operator with the README's own commands,
@@ -97,7 +98,7 @@ func TestReinstallRunsOnTheRealNode(t *testing.T) {
 	start = time.Now()
 	waitStatefulClusterReady(t, ns, "after-reinstall", 2, framework.Timeout)
 	t.Logf("StatefulCluster with 2 claimed pods Ready through the re-installed operator in %s", time.Since(start).Round(time.Millisecond))
-	require.NoError(t, framework.StatefulClusters(ns).Delete(t.Context(), "after-reinstall", metav1.DeleteOptions{}))
+	require.NoError(t, framework.Client.Delete(t.Context(), &clusterv1alpha1.StatefulCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "after-reinstall"}}))
 	require.Eventually(t, func() bool { return getStatefulCluster(t, ns, "after-reinstall") == nil }, framework.Timeout, framework.Tick,
 		"StatefulCluster deleted through the re-installed operator (finalizer removed)")
 

@@ -14,10 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/framework"
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
@@ -44,20 +43,15 @@ func withDataClaim(sc *clusterv1alpha1.StatefulCluster) {
 
 func createStatefulCluster(t *testing.T, ns string, sc *clusterv1alpha1.StatefulCluster) {
 	t.Helper()
-	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(sc)
-	require.NoError(t, err)
-	_, err = framework.StatefulClusters(ns).Create(t.Context(), &unstructured.Unstructured{Object: raw}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	sc = sc.DeepCopy() // Create fills in the server's metadata: leave the caller's object as it was
+	sc.Namespace = ns
+	require.NoError(t, framework.Client.Create(t.Context(), sc))
 }
 
 // getStatefulCluster reads a StatefulCluster (nil when it cannot be read: also used in conditions).
 func getStatefulCluster(t *testing.T, ns, name string) *clusterv1alpha1.StatefulCluster {
-	obj, err := framework.StatefulClusters(ns).Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		return nil
-	}
 	sc := &clusterv1alpha1.StatefulCluster{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, sc); err != nil {
+	if err := framework.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, sc); err != nil {
 		return nil
 	}
 	return sc
@@ -66,8 +60,8 @@ func getStatefulCluster(t *testing.T, ns, name string) *clusterv1alpha1.Stateful
 // patchStatefulCluster applies a JSON merge patch to the spec.
 func patchStatefulCluster(t *testing.T, ns, name, patch string) {
 	t.Helper()
-	_, err := framework.StatefulClusters(ns).Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	require.NoError(t, err)
+	sc := &clusterv1alpha1.StatefulCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	require.NoError(t, framework.Client.Patch(t.Context(), sc, client.RawPatch(types.MergePatchType, []byte(patch))))
 }
 
 // waitStatefulClusterReady waits for n live, Ready pods of the update revision and condition Ready.

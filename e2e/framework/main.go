@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
 	"github.com/statefulops/statefulops/e2e/realnode"
@@ -130,6 +131,9 @@ func run(m *testing.M) int {
 		// 8 namespaces at once; the tests' requests are few and small otherwise.
 		RESTConfig.QPS, RESTConfig.Burst = 50, 100
 		Clientset, err = kubernetes.NewForConfig(RESTConfig)
+	}
+	if err == nil {
+		Client, err = client.NewWithWatch(RESTConfig, client.Options{Scheme: Scheme})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
