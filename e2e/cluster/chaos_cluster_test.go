@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/statefulops/statefulops/e2e/framework"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/statefulops/statefulops/e2e/framework"
 )
 
 // TestChaosCluster is the cluster-operator campaign: StatefulCluster churn — random scale events

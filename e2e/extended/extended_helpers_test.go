@@ -16,17 +16,16 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/framework"
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 )
 
 // Helpers of extended_test.go: extended-operator as a local process under its manifest's
-// ServiceAccount, typed access to ExtendedStatefulSets through the dynamic client, and the invariant
+// ServiceAccount, ExtendedStatefulSets through the typed framework.Client, and the invariant
 // checkers (spurious restarts, a claim used by two live pods).
 
 // startExtendedOperator runs extended-operator as a local process for the test (see
@@ -35,29 +34,17 @@ func startExtendedOperator(t *testing.T) *framework.LocalOperator {
 	return framework.StartLocalOperator(t, "extended-operator")
 }
 
-func toUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
-	t.Helper()
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	require.NoError(t, err)
-	u := &unstructured.Unstructured{Object: m}
-	unstructured.RemoveNestedField(u.Object, "status")
-	return u
-}
-
 func createESTS(t *testing.T, ns string, e *extendedv1alpha1.ExtendedStatefulSet) {
 	t.Helper()
-	_, err := framework.ESTSClient(ns).Create(t.Context(), toUnstructured(t, e), metav1.CreateOptions{})
-	require.NoError(t, err)
+	e = e.DeepCopy() // Create fills in the server's metadata: leave the caller's object as it was
+	e.Namespace = ns
+	require.NoError(t, framework.Client.Create(t.Context(), e))
 }
 
 // fetchESTS returns the ExtendedStatefulSet (for conditions of Eventually).
 func fetchESTS(ctx context.Context, ns, name string) (*extendedv1alpha1.ExtendedStatefulSet, error) {
-	u, err := framework.ESTSClient(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
 	e := &extendedv1alpha1.ExtendedStatefulSet{}
-	return e, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, e)
+	return e, framework.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, e)
 }
 
 // updateESTS changes the ExtendedStatefulSet's spec, retrying on conflicts.
@@ -69,9 +56,7 @@ func updateESTS(t *testing.T, ns, name string, mutate func(*extendedv1alpha1.Ext
 			return err
 		}
 		mutate(e)
-		u := toUnstructured(t, e)
-		_, err = framework.ESTSClient(ns).Update(t.Context(), u, metav1.UpdateOptions{})
-		return err
+		return framework.Client.Update(t.Context(), e)
 	}))
 }
 

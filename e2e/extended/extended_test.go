@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/framework"
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
@@ -344,9 +345,10 @@ func TestExtended(t *testing.T) {
 	for _, propagation := range []metav1.DeletionPropagation{metav1.DeletePropagationBackground, metav1.DeletePropagationForeground} {
 		t.Run("deleting the ExtendedStatefulSet ("+string(propagation)+") keeps the user's ConfigMap and Secret", func(t *testing.T) {
 			ns, rc, cc := setup(t, nil)
-			require.NoError(t, framework.ESTSClient(ns).Delete(t.Context(), "web", metav1.DeleteOptions{PropagationPolicy: &propagation}))
+			web := &extendedv1alpha1.ExtendedStatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}
+			require.NoError(t, framework.Client.Delete(t.Context(), web, client.PropagationPolicy(propagation)))
 			require.Eventually(t, func() bool {
-				_, err := framework.ESTSClient(ns).Get(t.Context(), "web", metav1.GetOptions{})
+				_, err := fetchESTS(t.Context(), ns, "web")
 				return apierrors.IsNotFound(err)
 			}, framework.Timeout, framework.Tick, "ExtendedStatefulSet gone")
 			require.Eventually(t, func() bool {

@@ -4,12 +4,11 @@ package framework
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"strings"
 
 	"github.com/statefulops/statefulops/e2e/benchfmt"
 )

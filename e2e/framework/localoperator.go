@@ -5,28 +5,25 @@ package framework
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
-	"net"
-	"strconv"
-	"sync"
-	"syscall"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
 	"github.com/statefulops/statefulops/e2e/operators"
-	"k8s.io/utils/ptr"
 )
 
 // LocalOperator is one operator of deploy/<name>.yaml running as a local process for a test.

@@ -3,8 +3,12 @@
 package framework
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,17 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"bufio"
-	"context"
-	"encoding/json"
-	"os/exec"
-
-	"github.com/statefulops/statefulops/e2e/realnode"
-
 	"github.com/statefulops/statefulops/e2e/localcluster"
-	"k8s.io/apimachinery/pkg/util/intstr"
+	"github.com/statefulops/statefulops/e2e/realnode"
 )
 
 // NeedRealNode reports whether the real-node test t can run: true when the cluster has the real node.

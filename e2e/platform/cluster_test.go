@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/statefulops/statefulops/e2e/framework"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/statefulops/statefulops/e2e/framework"
 )
 
 // TestClusterIsUsable checks what every other test relies on: the API server serves, the controller

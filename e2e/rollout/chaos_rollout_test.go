@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/statefulops/statefulops/e2e/framework"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/statefulops/statefulops/e2e/framework"
 )
 
 // TestChaosRollout is the rollout-operator campaign: rollouts of a 3-replica StatefulSet, one after

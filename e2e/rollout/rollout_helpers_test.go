@@ -22,13 +22,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/statefulops/statefulops/e2e/framework"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/statefulops/statefulops/e2e/framework"
 )
 
 // Helpers of rollout_test.go: rollout-operator as a local process, a real Prometheus (Debian's
