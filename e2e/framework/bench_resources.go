@@ -141,7 +141,7 @@ var ResWorkloads = map[string]func(ctx context.Context, c kubernetes.Interface, 
 			if _, err := c.AppsV1().StatefulSets(ns).Create(ctx, ResStatefulSet(name), metav1.CreateOptions{}); err != nil {
 				return err
 			}
-			_, err := Locks(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			_, err := locks(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "app.anukkrit.me/v1", "kind": "StatefulSetLock",
 				"metadata": map[string]any{"name": name},
 				"spec": map[string]any{"statefulSetName": name, "leaseName": name + "-writer",
@@ -174,7 +174,7 @@ var ResWorkloads = map[string]func(ctx context.Context, c kubernetes.Interface, 
 			if err != nil {
 				return err
 			}
-			_, err = StatefulClusters(ns).Create(ctx, &unstructured.Unstructured{Object: raw}, metav1.CreateOptions{})
+			_, err = statefulClusters(ns).Create(ctx, &unstructured.Unstructured{Object: raw}, metav1.CreateOptions{})
 			return err
 		})
 	},
@@ -252,7 +252,7 @@ func ResWaitSettled(t *testing.T, o *ResOperator) {
 	case "lease":
 		// One writer per StatefulSet; the lock's own status says the same.
 		list = func(ctx context.Context) (*unstructured.UnstructuredList, error) {
-			return Locks(o.Namespace).List(ctx, metav1.ListOptions{})
+			return locks(o.Namespace).List(ctx, metav1.ListOptions{})
 		}
 		settled = func(u *unstructured.Unstructured) bool {
 			writer, _, _ := unstructured.NestedString(u.Object, "status", "writerPod")
@@ -268,7 +268,7 @@ func ResWaitSettled(t *testing.T, o *ResOperator) {
 		}
 	case "cluster":
 		list = func(ctx context.Context) (*unstructured.UnstructuredList, error) {
-			return StatefulClusters(o.Namespace).List(ctx, metav1.ListOptions{})
+			return statefulClusters(o.Namespace).List(ctx, metav1.ListOptions{})
 		}
 		settled = func(u *unstructured.Unstructured) bool {
 			ready, _, _ := unstructured.NestedInt64(u.Object, "status", "readyReplicas")

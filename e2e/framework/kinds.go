@@ -26,7 +26,7 @@ import (
 // no controller-runtime client.
 var lockGVR = schema.GroupVersionResource{Group: "app.anukkrit.me", Version: "v1", Resource: "statefulsetlocks"}
 
-func Locks(ns string) dynamic.ResourceInterface {
+func locks(ns string) dynamic.ResourceInterface {
 	return dynamic.NewForConfigOrDie(RESTConfig).Resource(lockGVR).Namespace(ns)
 }
 
@@ -65,8 +65,8 @@ func NewESTS(name string, replicas int32) *extendedv1alpha1.ExtendedStatefulSet 
 
 var statefulClusterGVR = schema.GroupVersionResource{Group: "enge.me", Version: "v1alpha1", Resource: "statefulclusters"}
 
-// StatefulClusters is the StatefulCluster resource of ns.
-func StatefulClusters(ns string) dynamic.ResourceInterface {
+// statefulClusters is the StatefulCluster resource of ns.
+func statefulClusters(ns string) dynamic.ResourceInterface {
 	return dynamic.NewForConfigOrDie(RESTConfig).Resource(statefulClusterGVR).Namespace(ns)
 }
 

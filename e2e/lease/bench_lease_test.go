@@ -14,12 +14,13 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/benchfmt"
 	"github.com/statefulops/statefulops/e2e/framework"
+	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
 
 // leaseBenchFailovers is the number of failovers measured: each costs well under a second on kwok,
@@ -102,12 +103,11 @@ func TestBenchLeaseFailover(t *testing.T) {
 
 // leaseBenchStatusWriter returns the lock db-lock's status.writerPod.
 func leaseBenchStatusWriter(t *testing.T, ns string) string {
-	obj, err := framework.Locks(ns).Get(t.Context(), "db-lock", metav1.GetOptions{})
-	if err != nil {
+	lock := &leasev1.StatefulSetLock{}
+	if err := framework.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "db-lock"}, lock); err != nil {
 		return ""
 	}
-	w, _, _ := unstructured.NestedString(obj.Object, "status", "writerPod")
-	return w
+	return lock.Status.WriterPod
 }
 
 // lastLatency is the checker's latest failover latency.

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/framework"
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -126,8 +127,9 @@ func waitFailover(t *testing.T, ns string, ch *checker, old string, oldUID types
 		for _, p := range pods.Items {
 			t.Logf("pod %s node %s ready %s deleting %t role %q", p.Name, p.Spec.NodeName, framework.PodCondition(&p, corev1.PodReady), p.DeletionTimestamp != nil, p.Labels[leasev1.RoleLabel])
 		}
-		if lock, err := framework.Locks(ns).Get(context.Background(), "db-lock", metav1.GetOptions{}); err == nil {
-			t.Logf("lock status: %v", lock.Object["status"])
+		lock := &leasev1.StatefulSetLock{}
+		if err := framework.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "db-lock"}, lock); err == nil {
+			t.Logf("lock status: %+v", lock.Status)
 		}
 		t.FailNow()
 	}

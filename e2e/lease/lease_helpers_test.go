@@ -16,10 +16,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/framework"
 	"github.com/statefulops/statefulops/e2e/localcluster"
@@ -112,14 +112,12 @@ type lockSpec struct {
 
 func createLock(t *testing.T, ns string, s lockSpec) {
 	t.Helper()
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "app.anukkrit.me/v1", "kind": "StatefulSetLock",
-		"metadata": map[string]any{"name": s.name},
-		"spec": map[string]any{"statefulSetName": s.statefulSet, "leaseName": s.lease,
-			"leaseDurationSeconds": s.duration, "failoverDelaySeconds": s.failoverDelay},
-	}}
-	_, err := framework.Locks(ns).Create(t.Context(), obj, metav1.CreateOptions{})
-	require.NoError(t, err)
+	lock := &leasev1.StatefulSetLock{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.name},
+		Spec: leasev1.StatefulSetLockSpec{StatefulSetName: s.statefulSet, LeaseName: s.lease,
+			LeaseDurationSeconds: int32(s.duration), FailoverDelaySeconds: int32(s.failoverDelay)},
+	}
+	require.NoError(t, framework.Client.Create(t.Context(), lock))
 }
 
 // patchLock applies a JSON merge patch to the lock.
@@ -127,21 +125,19 @@ func patchLock(t *testing.T, ns, name string, patch map[string]any) {
 	t.Helper()
 	raw, err := json.Marshal(patch)
 	require.NoError(t, err)
-	_, err = framework.Locks(ns).Patch(t.Context(), name, types.MergePatchType, raw, metav1.PatchOptions{})
-	require.NoError(t, err)
+	lock := &leasev1.StatefulSetLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	require.NoError(t, framework.Client.Patch(t.Context(), lock, client.RawPatch(types.MergePatchType, raw)))
 }
 
 // lockCondition returns the reason of the lock's condition of that type when its status is status.
 func lockCondition(t *testing.T, ns, name, condType string) (status, reason string) {
-	obj, err := framework.Locks(ns).Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
+	lock := &leasev1.StatefulSetLock{}
+	if err := framework.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, lock); err != nil {
 		return "", ""
 	}
-	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == condType {
-			return fmt.Sprint(m["status"]), fmt.Sprint(m["reason"])
+	for _, c := range lock.Status.Conditions {
+		if c.Type == condType {
+			return string(c.Status), c.Reason
 		}
 	}
 	return "", ""
@@ -191,7 +187,7 @@ func watchLease(t *testing.T, ns string) *checker {
 	require.NoError(t, err)
 	leaseWatch, err := framework.Clientset.CoordinationV1().Leases(ns).Watch(t.Context(), metav1.ListOptions{})
 	require.NoError(t, err)
-	lockWatch, err := framework.Locks(ns).Watch(t.Context(), metav1.ListOptions{})
+	lockWatch, err := framework.Client.Watch(t.Context(), &leasev1.StatefulSetLockList{}, client.InNamespace(ns))
 	require.NoError(t, err)
 	go func() {
 		for ev := range podWatch.ResultChan() {

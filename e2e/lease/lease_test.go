@@ -245,7 +245,7 @@ func TestLease(t *testing.T) {
 			assert.Empty(t, framework.GetPod(t, ns, name).Labels[leasev1.RoleLabel], "pods of the conflicting lock are not labelled")
 		}
 		// Once the first lock is deleted (roles removed, Lease deleted), the second takes over.
-		require.NoError(t, framework.Locks(ns).Delete(t.Context(), "db-lock", metav1.DeleteOptions{}))
+		require.NoError(t, framework.Client.Delete(t.Context(), &leasev1.StatefulSetLock{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-lock"}}))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			assert.Equal(c, leasev1.RoleWriter, getPodOrEmpty(t, ns, "other-0"))
 			assert.Empty(c, getPodOrEmpty(t, ns, "db-0"), "db pods lose their role with their lock")
