@@ -157,7 +157,7 @@ var ResWorkloads = map[string]func(ctx context.Context, c kubernetes.Interface, 
 				return err
 			}
 			// No rollout is pending at rest, so the check's Prometheus is never queried.
-			_, err := Rollouts(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			_, err := rollouts(ns).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "sts.plus/v1alpha1", "kind": "PhasedRollout",
 				"metadata": map[string]any{"name": name},
 				"spec": map[string]any{"targetRef": name, "check": map[string]any{
@@ -260,7 +260,7 @@ func ResWaitSettled(t *testing.T, o *ResOperator) {
 		}
 	case "rollout":
 		list = func(ctx context.Context) (*unstructured.UnstructuredList, error) {
-			return Rollouts(o.Namespace).List(ctx, metav1.ListOptions{})
+			return rollouts(o.Namespace).List(ctx, metav1.ListOptions{})
 		}
 		settled = func(u *unstructured.Unstructured) bool {
 			phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -86,8 +87,13 @@ func NewCampaign(t *testing.T, operator, what, invariant string) *Campaign {
 		Operator: operator, Campaign: what, Seed: seed, Scale: chaosScale(t), Invariant: invariant,
 		FaultsByKind: map[string]int{},
 	}}
-	t.Logf("chaos: %s: seed %d, scale %g (replay: CHAOS_SEED=%d CHAOS_SCALE=%g go test -tags e2e -run '^%s$' .)",
-		operator, seed, c.run.Scale, seed, c.run.Scale, t.Name())
+	// go test runs a suite in its own directory: the replay command names it, to be run from e2e/.
+	suite := "."
+	if wd, err := os.Getwd(); err == nil {
+		suite = "./" + filepath.Base(wd) + "/..."
+	}
+	t.Logf("chaos: %s: seed %d, scale %g (replay: CHAOS_SEED=%d CHAOS_SCALE=%g go test -tags e2e -run '^%s$' %s)",
+		operator, seed, c.run.Scale, seed, c.run.Scale, t.Name(), suite)
 	t.Cleanup(c.Halt)
 	return c
 }

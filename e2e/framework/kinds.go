@@ -22,20 +22,28 @@ import (
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 )
 
-// lockGVR is the StatefulSetLock resource; the tests use the dynamic client so the e2e module needs
-// no controller-runtime client.
+// The operators' objects the suites share. The suites read and write custom resources with the typed
+// Client; the resources bench (bench_resources.go) creates and lists a hundred of each kind in bulk
+// through these unstructured resource clients, one code path for every kind, and the extended bench
+// sets a field only some ExtendedStatefulSet CRDs have.
+
+// lockGVR is the StatefulSetLock resource.
 var lockGVR = schema.GroupVersionResource{Group: "app.anukkrit.me", Version: "v1", Resource: "statefulsetlocks"}
 
+// locks is the StatefulSetLock resource of ns.
 func locks(ns string) dynamic.ResourceInterface {
 	return dynamic.NewForConfigOrDie(RESTConfig).Resource(lockGVR).Namespace(ns)
 }
 
+// phasedRolloutGVR is the PhasedRollout resource.
 var phasedRolloutGVR = schema.GroupVersionResource{Group: "sts.plus", Version: "v1alpha1", Resource: "phasedrollouts"}
 
-func Rollouts(ns string) dynamic.ResourceInterface {
+// rollouts is the PhasedRollout resource of ns.
+func rollouts(ns string) dynamic.ResourceInterface {
 	return dynamic.NewForConfigOrDie(RESTConfig).Resource(phasedRolloutGVR).Namespace(ns)
 }
 
+// ExtendedGVR is the ExtendedStatefulSet resource.
 var ExtendedGVR = schema.GroupVersionResource{Group: "fissile.cloudfoundry.org", Version: "v1alpha1", Resource: "extendedstatefulsets"}
 
 // ESTSClient is the ExtendedStatefulSet resource of ns.

@@ -32,7 +32,7 @@ import (
 // The real-node tests (TestRealNode*) run real containers on the local cluster's real node
 // (package realnode). They never skip themselves. Each starts with framework.NeedRealNode: when the run has no
 // real node, the test fails with the reason, unless E2E_REAL_NODE=0 turned the real node off on
-// purpose; then it logs "real node off" and returns early, passing, and TestMain's summary line says
+// purpose; then it logs "real node off" and returns early, passing, and framework.Main's summary line says
 // "e2e: real-node tests OFF (<why>)".
 
 // TestRealNodeJoinsTainted checks the real node: Ready, a real kubelet and containerd, its label and

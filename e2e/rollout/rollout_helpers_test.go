@@ -28,8 +28,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/framework"
+	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 )
 
 // Helpers of rollout_test.go: rollout-operator as a local process, a real Prometheus (Debian's
@@ -365,27 +367,34 @@ func createPhasedRollout(t *testing.T, ns, name, sts, promURL string, threshold,
 	createPhasedRolloutSpec(t, ns, name, spec)
 }
 
-// createPhasedRolloutSpec creates a PhasedRollout with the given spec.
+// createPhasedRolloutSpec creates a PhasedRollout with the given spec (unstructured: the tests give
+// spec fragments as maps, some of them invalid on purpose).
 func createPhasedRolloutSpec(t *testing.T, ns, name string, spec map[string]any) {
 	t.Helper()
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "sts.plus/v1alpha1", "kind": "PhasedRollout",
-		"metadata": map[string]any{"name": name}, "spec": spec,
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec,
 	}}
-	_, err := framework.Rollouts(ns).Create(t.Context(), obj, metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(t, framework.Client.Create(t.Context(), obj))
+}
+
+// getPhasedRollout reads a PhasedRollout.
+func getPhasedRollout(t *testing.T, ns, name string) (*rolloutv1alpha1.PhasedRollout, error) {
+	pr := &rolloutv1alpha1.PhasedRollout{}
+	return pr, framework.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, pr)
 }
 
 // rolloutPhase returns status.phase and status.rollingPodStatus.status.
 func rolloutPhase(t *testing.T, ns, name string) (phase, step string) {
 	t.Helper()
-	obj, err := framework.Rollouts(ns).Get(t.Context(), name, metav1.GetOptions{})
+	pr, err := getPhasedRollout(t, ns, name)
 	if err != nil {
 		return "", ""
 	}
-	phase, _, _ = unstructured.NestedString(obj.Object, "status", "phase")
-	step, _, _ = unstructured.NestedString(obj.Object, "status", "rollingPodStatus", "status")
-	return phase, step
+	if pr.Status.RollingPodStatus != nil {
+		step = string(pr.Status.RollingPodStatus.Status)
+	}
+	return string(pr.Status.Phase), step
 }
 
 func waitRolloutPhase(t *testing.T, ns, name, want string) {

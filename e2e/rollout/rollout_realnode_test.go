@@ -20,7 +20,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
@@ -119,11 +118,9 @@ func TestRolloutOnTheRealNode(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, goodRev, p.Labels[appsv1.ControllerRevisionHashLabelKey], "%s keeps the good revision", pod)
 	}
-	obj, err := framework.Rollouts(ns).Get(t.Context(), "pr", metav1.GetOptions{})
+	pr, err := getPhasedRollout(t, ns, "pr")
 	require.NoError(t, err)
-	result, _, _ := unstructured.NestedString(obj.Object, "status", "lastQueryResult")
-	message, _, _ := unstructured.NestedString(obj.Object, "status", "message")
-	t.Logf("Failed: %s; last query result: %s", message, result)
+	t.Logf("Failed: %s; last query result: %s", pr.Status.Message, pr.Status.LastQueryResult)
 
 	rb, err := framework.Clientset.RbacV1().RoleBindings(ns).Get(t.Context(), "rollout-operator-secret-reader", metav1.GetOptions{})
 	require.NoError(t, err, "the operator bound the secret reader in this namespace")

@@ -15,10 +15,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/statefulops/statefulops/e2e/framework"
+	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
@@ -145,9 +146,9 @@ func TestRollout(t *testing.T) {
 		framework.BumpTemplate(t, ns, "web", "2")
 		waitPartitionValue(t, ns, "web", 2)
 		exp.setErrors(ns, "web-2", 1) // holds the rollout at the step of web-2
-		require.NoError(t, framework.Rollouts(ns).Delete(t.Context(), "pr", metav1.DeleteOptions{}))
+		require.NoError(t, framework.Client.Delete(t.Context(), &rolloutv1alpha1.PhasedRollout{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pr"}}))
 		require.Eventually(t, func() bool {
-			_, err := framework.Rollouts(ns).Get(t.Context(), "pr", metav1.GetOptions{})
+			_, err := getPhasedRollout(t, ns, "pr")
 			return err != nil
 		}, framework.Timeout, framework.Tick)
 		time.Sleep(2 * time.Second)
@@ -327,9 +328,9 @@ func TestRolloutAdoptsANativeRollout(t *testing.T) {
 	pw := watchPartition(t, ns, "web")
 	createPhasedRollout(t, ns, "pr", "web", proxy.url, 2, 0, nil)
 	waitPartitionValue(t, ns, "web", 2)
-	obj, err := framework.Rollouts(ns).Get(t.Context(), "pr", metav1.GetOptions{})
+	pr, err := getPhasedRollout(t, ns, "pr")
 	require.NoError(t, err)
-	adopted, _, _ := unstructured.NestedInt64(obj.Object, "status", "adoptedPartition")
+	adopted := int64(ptr.Deref(pr.Status.AdoptedPartition, 0))
 	assert.Equal(t, int64(2), adopted)
 	// Past the native rollout's minReadySeconds: without the adoption web-1 would have rolled by now.
 	testsupport.NeverWithin(t, 35*time.Second, framework.Tick, func() bool {
