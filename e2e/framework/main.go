@@ -79,43 +79,14 @@ func run(m *testing.M) int {
 	// shared is whether this run started the cluster and leaves it to DownShared (E2E_SHARED_CLUSTER).
 	var shared bool
 	if Kubeconfig = os.Getenv("E2E_KUBECONFIG"); Kubeconfig == "" {
-		stateDir, err := StateDir()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "e2e:", err)
-			return 1
-		}
-		unlock, err := lockRun(stateDir)
+		stateDir, unlock, err := lockRun()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
 			return 1
 		}
 		defer unlock()
-		start := time.Now()
-		upCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-		cluster, err = localcluster.Up(upCtx, localcluster.Options{StateDir: stateDir, RealNode: mode, Log: os.Stderr})
-		cancel()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: local cluster:", err)
-			// Leave nothing half-started behind (processes holding ports, a real node's host changes).
-			downCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-			defer cancel()
-			if err := localcluster.DownExisting(downCtx, stateDir); err != nil {
-				fmt.Fprintln(os.Stderr, "e2e: tearing down the half-started local cluster:", err)
-			}
+		if cluster, shared = upLocal(ctx, stateDir, mode); cluster == nil {
 			return 1
-		}
-		fmt.Fprintf(os.Stderr, "e2e: local cluster up in %s (started=%t), kubeconfig %s\n",
-			time.Since(start).Round(time.Millisecond), cluster.Started(), cluster.Kubeconfig())
-		Kubeconfig = cluster.Kubeconfig()
-		RealNode.on, RealNode.off = cluster.RealNode()
-		RealNode.StateDir, RealNode.kubectl = cluster.StateDir(), filepath.Join(cluster.KubeBin(), "kubectl")
-		RealNode.Cluster = cluster
-		// Noted before the tests run, so that a suite that dies still leaves the cluster to DownShared.
-		if shared = cluster.Started() && os.Getenv(sharedEnv) != ""; shared {
-			if err := leaveShared(stateDir, cluster.RealNodeStarted()); err != nil {
-				fmt.Fprintln(os.Stderr, "e2e:", err)
-				return 1
-			}
 		}
 	} else {
 		RealNode.off = "E2E_KUBECONFIG names a cluster without the local real node"
@@ -125,17 +96,7 @@ func run(m *testing.M) int {
 		realNodeSummary = "e2e: real-node tests OFF (" + RealNode.off + ")"
 	}
 	fmt.Fprintln(os.Stderr, realNodeSummary)
-
-	if RESTConfig, err = clientcmd.BuildConfigFromFlags("", Kubeconfig); err == nil {
-		// client-go's default (5 requests/s, bursts of 10) throttled the chaos drivers and checkers of
-		// 8 namespaces at once; the tests' requests are few and small otherwise.
-		RESTConfig.QPS, RESTConfig.Burst = 50, 100
-		Clientset, err = kubernetes.NewForConfig(RESTConfig)
-	}
-	if err == nil {
-		Client, err = client.NewWithWatch(RESTConfig, client.Options{Scheme: Scheme})
-	}
-	if err != nil {
+	if err := connect(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
@@ -144,31 +105,84 @@ func run(m *testing.M) int {
 
 	// Stop only what this run started: a cluster or real node that was already running belongs to
 	// someone else (e.g. `make run`).
-	if shared {
+	switch {
+	case shared:
 		fmt.Fprintf(os.Stderr, "e2e: local cluster left running for the next suite (%s)\n", sharedEnv)
-	} else if cluster != nil && os.Getenv("E2E_KEEP_CLUSTER") == "" {
-		if node := cluster.RealNodeStarted(); node != nil {
-			start := time.Now()
-			if err := cluster.StopRealNode(context.WithoutCancel(ctx)); err != nil {
-				fmt.Fprintln(os.Stderr, "e2e: real node down:", err)
-				code = 1
-			}
-			fmt.Fprintf(os.Stderr, "e2e: real node down in %s (setup was %s)\n", time.Since(start).Round(time.Millisecond), node.Setup.Round(time.Millisecond))
-			if !hostAsItWas(node.HostBefore, cluster.StateDir()) {
-				code = 1
-			}
+	case cluster != nil && os.Getenv("E2E_KEEP_CLUSTER") == "":
+		if !tearDown(context.WithoutCancel(ctx), cluster) {
+			code = 1
 		}
-		if cluster.Started() {
-			start := time.Now()
-			if err := cluster.Down(context.WithoutCancel(ctx)); err != nil {
-				fmt.Fprintln(os.Stderr, "e2e: local cluster down:", err)
-				return 1
-			}
-			fmt.Fprintf(os.Stderr, "e2e: local cluster down in %s\n", time.Since(start).Round(time.Millisecond))
-		}
-	} else if cluster != nil && cluster.RealNodeStarted() != nil {
+	case cluster != nil && cluster.RealNodeStarted() != nil:
 		fmt.Fprintln(os.Stderr, "e2e: real node left running (E2E_KEEP_CLUSTER): no host check")
 	}
 	fmt.Fprintln(os.Stderr, realNodeSummary)
 	return code
+}
+
+// upLocal brings the local cluster up (or reuses the running one) and fills RealNode; under
+// E2E_SHARED_CLUSTER it notes a cluster it started for DownShared (shared). It returns nil, after
+// saying why, when the cluster cannot be used.
+func upLocal(ctx context.Context, stateDir string, mode localcluster.RealNodeMode) (cluster *localcluster.Cluster, shared bool) {
+	start := time.Now()
+	upCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	cluster, err := localcluster.Up(upCtx, localcluster.Options{StateDir: stateDir, RealNode: mode, Log: os.Stderr})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: local cluster:", err)
+		// Leave nothing half-started behind (processes holding ports, a real node's host changes).
+		downCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		if err := localcluster.DownExisting(downCtx, stateDir); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: tearing down the half-started local cluster:", err)
+		}
+		return nil, false
+	}
+	fmt.Fprintf(os.Stderr, "e2e: local cluster up in %s (started=%t), kubeconfig %s\n",
+		time.Since(start).Round(time.Millisecond), cluster.Started(), cluster.Kubeconfig())
+	Kubeconfig = cluster.Kubeconfig()
+	RealNode.on, RealNode.off = cluster.RealNode()
+	RealNode.StateDir, RealNode.kubectl = cluster.StateDir(), filepath.Join(cluster.KubeBin(), "kubectl")
+	RealNode.Cluster = cluster
+	// Noted before the tests run, so that a suite that dies still leaves the cluster to DownShared.
+	if shared = cluster.Started() && os.Getenv(sharedEnv) != ""; shared {
+		if err := leaveShared(stateDir, cluster.RealNodeStarted()); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			return nil, false
+		}
+	}
+	return cluster, shared
+}
+
+// connect builds the clients of the cluster Kubeconfig names.
+func connect() error {
+	var err error
+	if RESTConfig, err = clientcmd.BuildConfigFromFlags("", Kubeconfig); err != nil {
+		return err
+	}
+	// client-go's default (5 requests/s, bursts of 10) throttled the chaos drivers and checkers of
+	// 8 namespaces at once; the tests' requests are few and small otherwise.
+	RESTConfig.QPS, RESTConfig.Burst = 50, 100
+	if Clientset, err = kubernetes.NewForConfig(RESTConfig); err != nil {
+		return err
+	}
+	Client, err = client.NewWithWatch(RESTConfig, client.Options{Scheme: Scheme})
+	return err
+}
+
+// tearDown stops what this run started of the local cluster: its real node (with the host check) and
+// the cluster itself. It reports whether all went well.
+func tearDown(ctx context.Context, cluster *localcluster.Cluster) bool {
+	ok := true
+	if node := cluster.RealNodeStarted(); node != nil {
+		ok = stopRealNode(ctx, cluster.StopRealNode, node, cluster.StateDir())
+	}
+	if cluster.Started() {
+		start := time.Now()
+		if err := cluster.Down(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: local cluster down:", err)
+			return false
+		}
+		fmt.Fprintf(os.Stderr, "e2e: local cluster down in %s\n", time.Since(start).Round(time.Millisecond))
+	}
+	return ok
 }

@@ -54,15 +54,18 @@ func StateDir() (string, error) {
 	return filepath.Abs(dir)
 }
 
-// lockRun takes the state dir's run lock, waiting while another suite holds it. The lock goes with
-// the process: a killed suite does not leave it held.
-func lockRun(stateDir string) (unlock func(), err error) {
+// lockRun takes the run lock of the local cluster's state dir (StateDir), waiting while another
+// suite holds it. The lock goes with the process: a killed suite does not leave it held.
+func lockRun() (stateDir string, unlock func(), err error) {
+	if stateDir, err = StateDir(); err != nil {
+		return "", nil, err
+	}
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(stateDir, "e2e-run.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); errors.Is(err, syscall.EWOULDBLOCK) {
 		fmt.Fprintf(os.Stderr, "e2e: waiting for the e2e suite running on %s\n", stateDir)
@@ -70,9 +73,9 @@ func lockRun(stateDir string) (unlock func(), err error) {
 	}
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		return "", nil, fmt.Errorf("lock %s: %w", f.Name(), err)
 	}
-	return func() { f.Close() }, nil
+	return stateDir, func() { f.Close() }, nil
 }
 
 // leaveShared records that this run started the cluster (and maybe its real node), which it leaves
@@ -90,12 +93,7 @@ func leaveShared(stateDir string, node *realnode.Node) error {
 // the cluster, as a single suite does when it ends. A cluster no suite started (e.g. `make run`'s) is
 // left alone. It returns the process exit code.
 func DownShared(ctx context.Context) int {
-	stateDir, err := StateDir()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		return 1
-	}
-	unlock, err := lockRun(stateDir)
+	stateDir, unlock, err := lockRun()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -117,13 +115,8 @@ func DownShared(ctx context.Context) int {
 	}
 	code := 0
 	if node := note.RealNode; node != nil {
-		start := time.Now()
-		if err := realnode.Stop(ctx, stateDir); err != nil {
-			fmt.Fprintln(os.Stderr, "e2e: real node down:", err)
-			code = 1
-		}
-		fmt.Fprintf(os.Stderr, "e2e: real node down in %s (setup was %s)\n", time.Since(start).Round(time.Millisecond), node.Setup.Round(time.Millisecond))
-		if !hostAsItWas(node.HostBefore, stateDir) {
+		stop := func(ctx context.Context) error { return realnode.Stop(ctx, stateDir) }
+		if !stopRealNode(ctx, stop, node, stateDir) {
 			code = 1
 		}
 	}
@@ -138,6 +131,19 @@ func DownShared(ctx context.Context) int {
 		return 1
 	}
 	return code
+}
+
+// stopRealNode stops the real node a run started (with stop) and compares the host with how it was
+// before the node started. It reports whether both went well.
+func stopRealNode(ctx context.Context, stop func(context.Context) error, node *realnode.Node, stateDir string) bool {
+	ok := true
+	start := time.Now()
+	if err := stop(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: real node down:", err)
+		ok = false
+	}
+	fmt.Fprintf(os.Stderr, "e2e: real node down in %s (setup was %s)\n", time.Since(start).Round(time.Millisecond), node.Setup.Round(time.Millisecond))
+	return hostAsItWas(node.HostBefore, stateDir) && ok
 }
 
 // hostAsItWas compares the host with how it was before the real node started, and prints the result.
