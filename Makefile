@@ -77,14 +77,15 @@ test-integration: kube-bin host-deps ## Run the integration tests against a real
 	for m in $(MODULES); do (cd $$m && go test -count=1 -tags integration ./...); done
 
 .PHONY: test-e2e
-test-e2e: tools images ## Run the e2e tests on the local cluster (real control plane + kwok nodes).
-	cd e2e && go test -count=1 -tags e2e -timeout 50m -v ./... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+test-e2e: tools images ## Run the e2e suites (e2e/<operator>, e2e/platform) one after another on one local cluster (real control plane + kwok nodes).
+	cd e2e && status=0 && { E2E_SHARED_CLUSTER=1 go test -p 1 -count=1 -tags e2e -timeout 50m -v ./... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:|\s+\S+_test.go)' || status=$${PIPESTATUS[0]}; }; \
+	  go run ./cmd/e2edown || status=1; exit $$status
 
 .PHONY: e2e-kind
 e2e-kind: build $(KUBECTL) ## Run the e2e suites on a kind cluster instead (needs Docker, so not on CI); deletes it after.
 	mkdir -p $(STATE)
 	cd e2e && go run ./cmd/kindcluster up -kubeconfig $(STATE)/kind-kubeconfig
-	cd e2e && E2E_REAL_NODE=0 E2E_KUBECONFIG=$(STATE)/kind-kubeconfig go test -count=1 -tags e2e -timeout 40m -v -skip 'TestKwok' ./...; \
+	cd e2e && E2E_REAL_NODE=0 E2E_KUBECONFIG=$(STATE)/kind-kubeconfig go test -p 1 -count=1 -tags e2e -timeout 40m -v -skip 'TestKwok' ./...; \
 	  status=$$?; go run ./cmd/kindcluster down; exit $$status
 
 ##@ Measure
@@ -99,13 +100,15 @@ FUZZTIME ?= 30s
 .PHONY: bench
 bench: tools images ## Measure every operator beside a baseline in the same run (local cluster); writes BENCHMARKS.md.
 	rm -f $(BENCH_OUT)/figures.jsonl
-	cd e2e && go test -count=1 -tags e2e,bench -timeout 60m -v -run '^TestBench' . 2>&1 | tee $(CACHE)/bench.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|bench:' ; exit $${PIPESTATUS[0]}
+	cd e2e && status=0 && { E2E_SHARED_CLUSTER=1 go test -p 1 -count=1 -tags e2e,bench -timeout 60m -v -run '^TestBench' ./... 2>&1 | tee $(CACHE)/bench.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|bench:' || status=$${PIPESTATUS[0]}; }; \
+	  go run ./cmd/e2edown || status=1; exit $$status
 	cd e2e && go run ./cmd/benchreport -file $(ROOT)/BENCHMARKS.md -section bench -command "make bench"
 
 .PHONY: chaos
 chaos: tools images ## Randomized fault campaigns with the invariant checkers (CHAOS_SCALE, CHAOS_SEED); writes BENCHMARKS.md.
 	rm -f $(BENCH_OUT)/chaos.jsonl
-	cd e2e && CHAOS_SCALE=$(CHAOS_SCALE) go test -count=1 -tags e2e -timeout 0 -v -run '^TestChaos' . 2>&1 | tee $(CACHE)/chaos.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|chaos:' ; exit $${PIPESTATUS[0]}
+	cd e2e && status=0 && { CHAOS_SCALE=$(CHAOS_SCALE) E2E_SHARED_CLUSTER=1 go test -p 1 -count=1 -tags e2e -timeout 0 -v -run '^TestChaos' ./... 2>&1 | tee $(CACHE)/chaos.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|chaos:' || status=$${PIPESTATUS[0]}; }; \
+	  go run ./cmd/e2edown || status=1; exit $$status
 	cd e2e && go run ./cmd/benchreport -file $(ROOT)/BENCHMARKS.md -section chaos -command "make chaos CHAOS_SCALE=$(CHAOS_SCALE)"
 
 .PHONY: fuzz

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// These unit tests cover what needs no root: the e2e tests (TestRealNode*, and TestMain's host check)
+// These unit tests cover what needs no root: the e2e tests (TestRealNode*, and framework.Main's host check)
 // run the node for real.
 
 func TestIptablesCleanupScript(t *testing.T) {

@@ -1,0 +1,119 @@
+//go:build e2e
+
+package rollout
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/statefulops/statefulops/e2e/framework"
+)
+
+// TestChaosRollout is the rollout-operator campaign: rollouts of a 3-replica StatefulSet, one after
+// another, gated by a real Prometheus whose check results change at random (each pod's error gauge
+// flips between healthy and failing every few hundred milliseconds), while the operator is SIGKILLed
+// and restarted, its API requests fail at random (apiFaultProxy), Prometheus goes down, pods are
+// force-deleted, kwok nodes go NotReady and the API server restarts. The checker is TestRollout's
+// checkAdvances over watchPartition and the recording proxy: a partition decrease not preceded by
+// successThreshold consecutive passing checks is an unchecked step. Operations: partition steps.
+func TestChaosRollout(t *testing.T) {
+	c := framework.NewCampaign(t, "rollout", "rollouts with random check results under operator kills, API errors, Prometheus outages, force deletes, NotReady nodes and API-server restarts",
+		"unchecked steps (partition lowered without successThreshold passing checks)")
+	apiProxy := framework.StartAPIFaultProxy(t, c.Rand("proxy"))
+	op := framework.StartChaosOperator(t, "rollout-operator", apiProxy)
+	exp := newMetricsExporter(t)
+	prom := startPrometheusFor(t, exp.srv.Listener.Addr().String())
+	rp := newRecordingProxy(t, prom.url)
+
+	const replicas, threshold = 3, 2
+	ns := framework.NewNamespace(t)
+	for i := range replicas {
+		exp.setErrors(ns, fmt.Sprintf("web-%d", i), 0)
+	}
+	framework.RolloutStatefulSet(t, ns, "web", replicas, 0)
+	pws := []*partitionWatch{watchPartition(t, ns, "web")}
+	createPhasedRollout(t, ns, "pr", "web", rp.url, threshold, 0, nil)
+	waitRolloutPhase(t, ns, "pr", "Ready")
+
+	// Random check results: each pod's gauge is failing 20 % of the time, re-drawn every 0.2–0.8 s.
+	c.Schedule("check-results", 200*time.Millisecond, 800*time.Millisecond, func(_ context.Context, rng *rand.Rand) error {
+		for i := range replicas {
+			v := 0
+			if rng.Float64() < 0.2 {
+				v = 1 + rng.Intn(5)
+			}
+			exp.setErrors(ns, fmt.Sprintf("web-%d", i), v)
+		}
+		return nil
+	})
+	c.Schedule("operator-kill", 10*time.Second, 30*time.Second, c.KillAndRestart(op))
+	c.Schedule("api-errors", 2*time.Second, 6*time.Second, c.APIErrorBursts(apiProxy, 4*time.Second))
+	c.Schedule("pod-force-delete", 8*time.Second, 20*time.Second, c.ForceDeletePod(ns, "app=web", nil))
+	c.Schedule("node-notready", 15*time.Second, 35*time.Second, c.FlipNode(8*time.Second))
+
+	rng := c.Rand("driver")
+	rolls := c.N(3)
+	restartAt, promDownAt := map[int]bool{}, map[int]bool{}
+	for range c.APIRestarts() {
+		restartAt[1+rng.Intn(rolls)] = true
+		promDownAt[rng.Intn(rolls)] = true
+	}
+	for i := range rolls {
+		if restartAt[i] && c.RestartAPIServer() {
+			pws = append(pws, watchPartition(t, ns, "web"))
+		}
+		framework.BumpTemplate(t, ns, "web", fmt.Sprint(i+2))
+		if promDownAt[i] {
+			framework.SleepRandom(rng, 500*time.Millisecond, 3*time.Second)
+			down := time.Duration(1000+rng.Intn(4000)) * time.Millisecond
+			prom.stop()
+			c.Fault("prometheus-down", "Prometheus stopped for %s mid-rollout", down)
+			time.Sleep(down) // test driver, not a reconcile
+			prom.start()
+		}
+		waitRolledOut(t, ns, replicas)
+		c.Op(replicas)
+	}
+	c.Halt()
+	c.RecordProxyFaults(apiProxy)
+	violations, advances := 0, 0
+	for k, pw := range pws {
+		inv := checkAdvances(pw, rp, ns, threshold)
+		t.Logf("chaos rollout: watch %d: partition history %v: %d advances, %d unchecked; %d queries, %d passed",
+			k, pw.values(), inv.advances, inv.unchecked, inv.queries, inv.passes)
+		violations += inv.unchecked
+		advances += inv.advances
+	}
+	t.Logf("chaos rollout: %d rollouts, %d partition steps checked", rolls, advances)
+	c.Finish(violations)
+}
+
+// waitRolledOut waits until the StatefulSet runs its latest template on every pod, all Ready, and
+// the PhasedRollout is Updated with the partition back at replicas. The faults go on meanwhile (the
+// operator killed every 10–30 s of uptime, its restarts failed by injected API errors, pods
+// force-deleted onto NotReady nodes), so on a loaded machine a roll can take minutes: this is a
+// liveness bound, not a measurement.
+func waitRolledOut(t *testing.T, ns string, replicas int32) {
+	t.Helper()
+	require.EventuallyWithT(t, func(col *assert.CollectT) {
+		sts, err := framework.Clientset.AppsV1().StatefulSets(ns).Get(t.Context(), "web", metav1.GetOptions{})
+		require.NoError(col, err)
+		assert.Equal(col, sts.Generation, sts.Status.ObservedGeneration)
+		assert.Equal(col, sts.Status.UpdateRevision, sts.Status.CurrentRevision)
+		assert.Equal(col, replicas, sts.Status.UpdatedReplicas)
+		assert.Equal(col, replicas, sts.Status.ReadyReplicas)
+		if ru := sts.Spec.UpdateStrategy.RollingUpdate; assert.NotNil(col, ru) {
+			assert.Equal(col, replicas, ptr.Deref(ru.Partition, 0))
+		}
+		phase, _ := rolloutPhase(t, ns, "pr")
+		assert.Equal(col, "Updated", phase)
+	}, 10*time.Minute, framework.Tick, "rollout of web done")
+}

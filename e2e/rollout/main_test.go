@@ -1,0 +1,11 @@
+//go:build e2e
+
+package rollout
+
+import (
+	"testing"
+
+	"github.com/statefulops/statefulops/e2e/framework"
+)
+
+func TestMain(m *testing.M) { framework.Main(m) }

@@ -1,0 +1,132 @@
+//go:build e2e
+
+package singleton
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/statefulops/statefulops/e2e/framework"
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+)
+
+// The webhook server installed from deploy/singleton-operator.yaml runs on the real node (it must
+// really serve TLS): its replicas become Ready only with a rotated certificate whose CA is in the
+// MutatingWebhookConfiguration, the API server reaches them through the Service, pods of a labelled
+// namespace that a StatefulSingleton selects are mutated, others are untouched, and with the webhook
+// server scaled to 0 pod creation is refused in labelled namespaces and works everywhere else.
+func TestSingletonAdmissionOnTheRealNode(t *testing.T) {
+	framework.Install(t)
+	if !framework.NeedRealNode(t) {
+		return
+	}
+	_, err := framework.Kubectl().Run(t.Context(), "rollout", "status", "-n", framework.SingletonNamespace, "deployment/"+framework.WebhookDeployment, "--timeout=180s")
+	require.NoError(t, err)
+
+	secret, err := framework.Clientset.CoreV1().Secrets(framework.SingletonNamespace).Get(t.Context(), "singleton-operator-webhook-server-cert", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, secret.Data["tls.crt"], "the rotator wrote the serving certificate")
+	mwc, err := framework.Clientset.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(t.Context(), "singleton-operator-mutating-webhook-configuration", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, mwc.Webhooks, 1)
+	assert.Equal(t, secret.Data["ca.crt"], mwc.Webhooks[0].ClientConfig.CABundle, "the rotator injected its CA")
+
+	ns := framework.NewNamespace(t)
+	labelNamespace(t, ns)
+	applySingleton(t, ns, "db", "app: db")
+
+	// The webhook server's cache learns about the new StatefulSingleton within moments.
+	var pod *corev1.Pod
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		created, err := framework.Clientset.CoreV1().Pods(ns).Create(t.Context(), appPod("db-", "db"), metav1.CreateOptions{})
+		require.NoError(c, err)
+		if created.Labels[singletonv1.LabelManaged] != "true" {
+			_ = framework.Clientset.CoreV1().Pods(ns).Delete(t.Context(), created.Name, metav1.DeleteOptions{})
+			c.Errorf("pod %s was admitted before the webhook knew the singleton", created.Name)
+			return
+		}
+		pod = created
+	}, framework.Timeout, framework.Tick)
+	assert.Equal(t, "db", pod.Labels[singletonv1.LabelSingleton])
+	assert.Equal(t, "Wrapper", pod.Annotations[singletonv1.AnnotationHoldMode])
+	assert.Contains(t, pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: singletonv1.ReadinessGate})
+	assert.Equal(t, singletonv1.SidecarContainerName, pod.Spec.Containers[0].Name, "the sidecar first: its postStart hook installs the wrapper")
+	assert.Equal(t, []string{singletonv1.WrapperBinary}, pod.Spec.Containers[1].Command)
+	assert.Empty(t, pod.Spec.InitContainers)
+
+	other, err := framework.Clientset.CoreV1().Pods(ns).Create(t.Context(), appPod("web-", "web"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.NotContains(t, other.Labels, singletonv1.LabelManaged)
+	assert.Equal(t, []string{"/pause"}, other.Spec.Containers[0].Command)
+	assert.Len(t, other.Spec.Containers, 1)
+
+	// Label and annotation changes of a managed pod are never blocked (UPDATE is not intercepted).
+	_, err = framework.Kubectl().Run(t.Context(), "label", "-n", ns, "pod", pod.Name, "team=x")
+	require.NoError(t, err)
+
+	t.Run("webhook down", func(t *testing.T) {
+		scaleWebhook(t, 0)
+		t.Cleanup(func() { scaleWebhook(t, 2) })
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			_, err := framework.Clientset.CoreV1().Pods(ns).Create(t.Context(), appPod("db-", "db"), metav1.CreateOptions{})
+			require.Error(c, err, "pod creation in a StatefulSingleton namespace is refused while the webhook is down")
+			assert.Contains(c, err.Error(), "mpod.kb.io")
+		}, framework.Timeout, framework.Tick)
+		elsewhere := framework.NewNamespace(t)
+		_, err := framework.Clientset.CoreV1().Pods(elsewhere).Create(t.Context(), appPod("db-", "db"), metav1.CreateOptions{})
+		require.NoError(t, err, "namespaces without a StatefulSingleton are not affected")
+	})
+}
+
+// labelNamespace opts the namespace into the pod webhook, as the singleton operator will for every
+// namespace that holds a StatefulSingleton.
+func labelNamespace(t *testing.T, ns string) {
+	t.Helper()
+	_, err := framework.Kubectl().Run(t.Context(), "label", "namespace", ns, singletonv1.LabelNamespaceEnabled+"=true")
+	require.NoError(t, err)
+}
+
+func applySingleton(t *testing.T, ns, name, matchLabels string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "ss.yaml")
+	yaml := fmt.Sprintf("apiVersion: apps.openshift.statefulsingleton.com/v1\nkind: StatefulSingleton\nmetadata:\n  name: %s\nspec:\n  selector:\n    matchLabels: {%s}\n", name, matchLabels)
+	require.NoError(t, os.WriteFile(file, []byte(yaml), 0o644))
+	_, err := framework.Kubectl().Run(t.Context(), "apply", "-n", ns, "-f", file)
+	require.NoError(t, err)
+}
+
+// appPod is a pod with an explicit command (so the Wrapper hold applies) on the kwok nodes.
+func appPod(generateName, app string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: generateName, Labels: map[string]string{"app": app}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: framework.PauseImage, Command: []string{"/pause"}}}},
+	}
+}
+
+// scaleWebhook scales the webhook server and waits until exactly that many replicas exist and are Ready.
+func scaleWebhook(t *testing.T, replicas int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	_, err := framework.Kubectl().Run(ctx, "scale", "-n", framework.SingletonNamespace, "deployment/"+framework.WebhookDeployment, fmt.Sprintf("--replicas=%d", replicas))
+	require.NoError(t, err)
+	if replicas > 0 {
+		_, err = framework.Kubectl().Run(ctx, "rollout", "status", "-n", framework.SingletonNamespace, "deployment/"+framework.WebhookDeployment, "--timeout=180s")
+		require.NoError(t, err)
+		return
+	}
+	require.Eventually(t, func() bool {
+		out, err := framework.Kubectl().Run(ctx, "get", "pods", "-n", framework.SingletonNamespace, "-l", "app.kubernetes.io/component=webhook-server", "-o", "name")
+		return err == nil && strings.TrimSpace(out) == ""
+	}, 2*time.Minute, framework.Tick, "the webhook server's pods are gone")
+}
