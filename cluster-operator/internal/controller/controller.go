@@ -20,8 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,18 +41,12 @@ import (
 const indexPodNode = "spec.nodeName"
 
 // Reconciler reconciles StatefulClusters.
+//
+// Its Client writes pods, claims, revisions and status (with a rate limit of its own, see Setup); its
+// Cache holds StatefulClusters, pods, claims, revisions and nodes as CacheOptions scoped them; its
+// APIReader confirms what a lagging cache cannot.
 type Reconciler struct {
-	// Client writes pods, claims, revisions and status.
-	Client client.Client
-	// Cache reads StatefulClusters, pods, claims, revisions and nodes from the manager's cache, scoped by
-	// CacheOptions.
-	Cache client.Reader
-	// APIReader reads from the API server, to confirm what a lagging cache cannot.
-	APIReader client.Reader
-	// Recorder records events.k8s.io Events.
-	Recorder events.EventRecorder
-	// Clock is the operator's clock (a fake one in tests).
-	Clock clock.PassiveClock
+	opsutil.Access
 
 	mem    *memory
 	writes *ownWrites
@@ -75,15 +67,11 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		return err
 	}
 	r := &Reconciler{
-		Client:    opts.Client, // nil: a client of its own below
-		Cache:     mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("cluster-operator"),
-		Clock:     opts.PassiveClock(),
-		mem:       newMemory(),
-		writes:    newOwnWrites(),
+		Access: opsutil.NewAccess(mgr, "cluster-operator", opts.Overrides),
+		mem:    newMemory(),
+		writes: newOwnWrites(),
 	}
-	if r.Client == nil {
+	if opts.Client == nil {
 		// Writes get a client of their own with the rate limits of kube-controller-manager's workload
 		// controllers, so a 0→500 scale-up is not throttled at client-go's default 20 QPS.
 		cfg := rest.CopyConfig(mgr.GetConfig())

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // cacheOf is a cache holding one StatefulCluster, as of some version.
@@ -34,7 +35,7 @@ func TestReconcileWaitsForItsOwnStatusWrite(t *testing.T) {
 		return &clusterv1alpha1.StatefulCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db", UID: uid, ResourceVersion: rv, Generation: 1}}
 	}
 	cached := &cacheOf{}
-	r := &Reconciler{Cache: cached, writes: newOwnWrites()}
+	r := &Reconciler{Access: opsutil.Access{Cache: cached}, writes: newOwnWrites()}
 	behind := func(sc *clusterv1alpha1.StatefulCluster) bool {
 		t.Helper()
 		cached.sc = sc
@@ -81,7 +82,7 @@ func TestReconcileReadsAgainWhenTheCacheCatchesUpMeanwhile(t *testing.T) {
 	at := func(rv string) *clusterv1alpha1.StatefulCluster {
 		return &clusterv1alpha1.StatefulCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "db", UID: "u1", ResourceVersion: rv}}
 	}
-	r := &Reconciler{Cache: &cacheOf{sc: at("11")}, writes: newOwnWrites()}
+	r := &Reconciler{Access: opsutil.Access{Cache: &cacheOf{sc: at("11")}}, writes: newOwnWrites()}
 	r.writes.tracker.Wrote(at("11"))
 	sc := at("10")
 	got, err := r.behind(t.Context(), sc)

@@ -33,8 +33,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,20 +70,15 @@ const (
 )
 
 // Reconciler reconciles ExtendedStatefulSets.
+//
+// Its Client writes StatefulSets, pods and ExtendedStatefulSet status; its Cache holds
+// ExtendedStatefulSets, StatefulSets, ConfigMaps and Secrets (the last two as metadata, cache.go); its
+// APIReader lists pods (only to restart canaries; pods are not cached) and reads the referenced
+// ConfigMaps and Secrets for the config hash.
 type Reconciler struct {
-	// Client writes StatefulSets, pods and ExtendedStatefulSet status.
-	Client client.Client
-	// Cache reads ExtendedStatefulSets, StatefulSets, ConfigMaps and Secrets (the manager's cache).
-	Cache client.Reader
-	// APIReader lists pods (only to restart canaries; pods are not cached) and reads the referenced
-	// ConfigMaps and Secrets for the config hash (only their metadata is cached, cache.go).
-	APIReader client.Reader
+	opsutil.Access
 	// Scheme builds ownerReferences.
 	Scheme *runtime.Scheme
-	// Recorder records events.k8s.io Events.
-	Recorder events.EventRecorder
-	// Clock is the operator's clock (a fake one in tests).
-	Clock clock.PassiveClock
 	// HashKey keys the config hash (see loadOrCreateHashKey).
 	HashKey []byte
 
@@ -137,13 +130,9 @@ func (o *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		opts.ConfigMaxDelay = DefaultConfigMaxDelay
 	}
 	r := &Reconciler{
-		Client:    opts.WriteClient(mgr.GetClient()),
-		Cache:     mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Scheme:    mgr.GetScheme(),
-		Recorder:  mgr.GetEventRecorder("extended-operator"),
-		Clock:     opts.PassiveClock(),
-		debounce:  newDebouncer(opts.ConfigQuietPeriod, opts.ConfigMaxDelay),
+		Access:   opsutil.NewAccess(mgr, "extended-operator", opts.Overrides),
+		Scheme:   mgr.GetScheme(),
+		debounce: newDebouncer(opts.ConfigQuietPeriod, opts.ConfigMaxDelay),
 	}
 	if r.HashKey = opts.HashKey; r.HashKey == nil {
 		if opts.HashKeySecret == "" {

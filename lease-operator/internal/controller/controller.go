@@ -15,8 +15,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,18 +39,11 @@ const (
 )
 
 // Reconciler reconciles StatefulSetLocks.
+//
+// Its Client writes pods, Leases and locks; its Cache holds StatefulSetLocks, pods, nodes, Leases and
+// StatefulSet metadata as CacheOptions scoped them; its APIReader reads Leases.
 type Reconciler struct {
-	// Client writes pods, Leases and locks.
-	Client client.Client
-	// Cache reads StatefulSetLocks, pods, nodes, Leases and StatefulSet metadata from the manager's
-	// cache (scoped by CacheOptions).
-	Cache client.Reader
-	// APIReader reads Leases from the API server.
-	APIReader client.Reader
-	// Recorder records events.k8s.io Events.
-	Recorder events.EventRecorder
-	// Clock is the operator's clock (a fake one in tests).
-	Clock clock.PassiveClock
+	opsutil.Access
 
 	obs *observations
 	// writes remembers the operator's own writes (pods, Leases, the lock), so that the watch event
@@ -74,14 +65,10 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		return err
 	}
 	r := &Reconciler{
-		Client:    opts.WriteClient(mgr.GetClient()),
-		Cache:     mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("lease-operator"),
-		Clock:     opts.PassiveClock(),
-		obs:       newObservations(),
-		writes:    opsutil.NewWriteTracker(),
-		written:   newWrittenConditions(),
+		Access:  opsutil.NewAccess(mgr, "lease-operator", opts.Overrides),
+		obs:     newObservations(),
+		writes:  opsutil.NewWriteTracker(),
+		written: newWrittenConditions(),
 	}
 	cached := mgr.GetCache()
 	return ctrl.NewControllerManagedBy(mgr).

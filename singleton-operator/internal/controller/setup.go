@@ -9,9 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -30,21 +28,15 @@ import (
 // +kubebuilder:rbac:groups=apps,resources=replicasets;statefulsets,verbs=get;list;watch
 
 // Reconciler reconciles StatefulSingletons.
+//
+// Its Client writes pods, namespaces and StatefulSingletons; its Cache holds the managed pods
+// (CacheOptions); its APIReader lists pods right before a release.
 type Reconciler struct {
-	// Client writes pods, namespaces and StatefulSingletons.
-	Client client.Client
-	// Cache reads from the manager's cache.
-	Cache client.Reader
-	// APIReader lists pods from the API server right before a release.
-	APIReader client.Reader
+	opsutil.Access
 	// caches holds, per StatefulSingleton selector, the pods of that selector Cache leaves out (no
 	// managed label), and per namespace holding a StatefulSingleton the ReplicaSets and StatefulSets
 	// that rank pods (caches.go).
 	caches *namespaceCaches
-	// Recorder records events.k8s.io Events.
-	Recorder events.EventRecorder
-	// Clock is the operator's clock (a fake one in tests).
-	Clock clock.PassiveClock
 
 	mu       sync.Mutex
 	goneAt   map[types.NamespacedName]time.Time          // when a pod of the singleton was last seen deleted
@@ -67,14 +59,10 @@ func (opts *Options) Setup(_ context.Context, mgr ctrl.Manager) error {
 		return err
 	}
 	r := &Reconciler{
-		Client:    opts.WriteClient(mgr.GetClient()),
-		Cache:     mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		caches:    caches,
-		Recorder:  mgr.GetEventRecorder("singleton-operator"),
-		Clock:     opts.PassiveClock(),
-		goneAt:    map[types.NamespacedName]time.Time{},
-		fallback:  map[types.NamespacedName]map[types.UID]bool{},
+		Access:   opsutil.NewAccess(mgr, "singleton-operator", opts.Overrides),
+		caches:   caches,
+		goneAt:   map[types.NamespacedName]time.Time{},
+		fallback: map[types.NamespacedName]map[types.UID]bool{},
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulsingleton").
