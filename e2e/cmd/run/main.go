@@ -86,13 +86,44 @@ func up(ctx context.Context, root, stateDir string) error {
 	if err != nil {
 		return err
 	}
+	if err := installOperators(ctx, k, manifests, cluster, stateDir, onRealNode, whyNot); err != nil {
+		return err
+	}
+	if err := applySamples(ctx, k, root, stateDir, onRealNode); err != nil {
+		return err
+	}
+
+	out, err := k.Run(ctx, "get", "statefulops", "-A")
+	if err != nil {
+		return err
+	}
+	fmt.Println(out)
+	var demoNamespaces []string
+	if onRealNode {
+		demoNamespaces = append(demoNamespaces, "statefulops-demo")
+	}
+	fmt.Printf("run: cluster, operators and samples up in %s; waiting for the demo to settle (at most %s)\n",
+		time.Since(start).Round(time.Second), demoBudget)
+	if err := verifyDemo(ctx, k, operatorNamespaces, demoNamespaces, restartsBefore); err != nil {
+		return fmt.Errorf("%w\nThe cluster is left running for a look (export KUBECONFIG=%s); `make down` stops it. Total time %s",
+			err, cluster.Kubeconfig(), time.Since(start).Round(time.Second))
+	}
+	fmt.Printf("The local cluster is up (%s).\n\n", time.Since(start).Round(time.Second))
+	printHowTo(cluster.Kubeconfig(), stateDir, onRealNode)
+	return nil
+}
+
+// installOperators applies every operator's manifest and runs the operators: as real pods on the real
+// node, from our images, exactly as installed; without one, as local processes under their manifests'
+// ServiceAccounts (the kwok nodes run no containers, so the in-cluster Deployments would only show
+// pretend pods).
+func installOperators(ctx context.Context, k operators.Kubectl, manifests []string, cluster *localcluster.Cluster, stateDir string, onRealNode bool, whyNot string) error {
 	fmt.Printf("run: installing %d operators from deploy/\n", len(manifests))
 	if err := operators.Install(ctx, k, manifests); err != nil {
 		return err
 	}
 	local := operators.All()
 	if onRealNode {
-		// The operators run as real pods on the real node, from our images, exactly as installed.
 		for _, m := range manifests {
 			name := operators.OperatorName(m)
 			if _, err := k.Run(ctx, "rollout", "status", "-n", name+"-system", "deployment/"+name+"-controller-manager", "--timeout=180s"); err != nil {
@@ -102,7 +133,6 @@ func up(ctx context.Context, root, stateDir string) error {
 		local = nil // the webhook server too: deploy/singleton-operator.yaml runs it there
 	} else {
 		fmt.Printf("run: no real node (%s): the operators run as local processes under their manifests' ServiceAccounts\n", whyNot)
-		// The kwok nodes run no containers, so the in-cluster Deployments would only show pretend pods.
 		for _, m := range manifests {
 			name := operators.OperatorName(m)
 			if _, err := k.Run(ctx, "scale", "deployment", "--replicas=0", "-n", name+"-system", name+"-controller-manager"); err != nil {
@@ -110,10 +140,12 @@ func up(ctx context.Context, root, stateDir string) error {
 			}
 		}
 	}
-	if _, err := operators.Start(ctx, operators.Options{StateDir: stateDir, Kubeconfig: cluster.Kubeconfig(), Log: os.Stdout}, local); err != nil {
-		return err
-	}
+	_, err := operators.Start(ctx, operators.Options{StateDir: stateDir, Kubeconfig: cluster.Kubeconfig(), Log: os.Stdout}, local)
+	return err
+}
 
+// applySamples applies every operator's samples and, with a real node, the test app that runs there.
+func applySamples(ctx context.Context, k operators.Kubectl, root, stateDir string, onRealNode bool) error {
 	samples, err := filepath.Glob(filepath.Join(root, "*-operator", "config", "samples", "*.yaml"))
 	if err != nil {
 		return err
@@ -137,24 +169,12 @@ func up(ctx context.Context, root, stateDir string) error {
 		samples = append(samples, sample)
 	}
 	fmt.Printf("run: applied %d samples\n\n", len(samples))
+	return nil
+}
 
-	out, err := k.Run(ctx, "get", "statefulops", "-A")
-	if err != nil {
-		return err
-	}
-	fmt.Println(out)
-	var demoNamespaces []string
-	if onRealNode {
-		demoNamespaces = append(demoNamespaces, "statefulops-demo")
-	}
-	fmt.Printf("run: cluster, operators and samples up in %s; waiting for the demo to settle (at most %s)\n",
-		time.Since(start).Round(time.Second), demoBudget)
-	if err := verifyDemo(ctx, k, operatorNamespaces, demoNamespaces, restartsBefore); err != nil {
-		return fmt.Errorf("%w\nThe cluster is left running for a look (export KUBECONFIG=%s); `make down` stops it. Total time %s",
-			err, cluster.Kubeconfig(), time.Since(start).Round(time.Second))
-	}
-	fmt.Printf("The local cluster is up (%s).\n\n", time.Since(start).Round(time.Second))
-	fmt.Printf("  export KUBECONFIG=%s\n  kubectl get statefulops -A\n\n", cluster.Kubeconfig())
+// printHowTo tells the user how to reach the cluster and where each operator's logs are.
+func printHowTo(kubeconfig, stateDir string, onRealNode bool) {
+	fmt.Printf("  export KUBECONFIG=%s\n  kubectl get statefulops -A\n\n", kubeconfig)
 	fmt.Println("Operator logs:")
 	for _, b := range operators.All() {
 		switch {
@@ -170,7 +190,6 @@ func up(ctx context.Context, root, stateDir string) error {
 		fmt.Println("\nOn the real node: kubectl logs -n statefulops-demo deploy/testapp")
 	}
 	fmt.Println("\nStop everything with: make down")
-	return nil
 }
 
 func down(ctx context.Context, stateDir string) error {
