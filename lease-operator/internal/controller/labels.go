@@ -125,16 +125,3 @@ func setOrDelete(m *map[string]string, key, value string) {
 	}
 	(*m)[key] = value
 }
-
-// removeRoles removes the role label and the epoch from every pod (the lock is being deleted).
-func (r *Reconciler) removeRoles(ctx context.Context, pods []corev1.Pod) error {
-	for i := range pods {
-		if hasRole(&pods[i], "", "") {
-			continue
-		}
-		if err := r.setRole(ctx, &pods[i], "", "", false); err != nil {
-			return fmt.Errorf("removing the role of pod %s: %w", pods[i].Name, err)
-		}
-	}
-	return nil
-}

@@ -16,7 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -72,12 +71,10 @@ func (s *scope) wait(state, message string, result reconcile.Result) {
 
 // Reconcile elects, labels and records the writer of one StatefulSetLock, or cleans up after it.
 func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLock) (_ reconcile.Result, reterr error) {
-	if lock.DeletionTimestamp.IsZero() {
-		if added, err := opsutil.EnsureFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
-			return reconcile.Result{}, err
-		} else if added {
-			r.writes.Wrote(lock)
-		}
+	if removed, err := opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
+		return reconcile.Result{}, err
+	} else if removed {
+		r.writes.Wrote(lock) // a lock of an older version: see reconcileDelete for why it has none now
 	}
 	s := r.newScope(lock)
 	defer func() { reterr = r.patchStatus(ctx, s, reterr) }()
@@ -96,7 +93,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLoc
 // reconcile decides again); any other error is the ReconcileError state.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) error {
 	if s.deleting {
-		return err // a lock being deleted keeps its last status until its finalizer is removed
+		return err // a lock being deleted keeps its last status: nothing is decided for it any more
 	}
 	if apierrors.IsConflict(err) {
 		return err
@@ -246,6 +243,9 @@ func (r *Reconciler) moveLease(ctx context.Context, s *scope) error {
 	if s.lease != nil && s.decision.Writer.Name != "" {
 		due, s.renewAfter = renewal(s.lease, s.duration, s.now)
 	}
+	if s.lease == nil && s.decision.Writer.Name == "" {
+		return nil // a Lease exists only once there is a holder, as in the original operator
+	}
 	if leaseCurrent(s.lease, s.lock, s.leaseWrite) && (s.decision.Writer.Name == "" || !due) {
 		return nil
 	}
@@ -315,47 +315,30 @@ func (r *Reconciler) schedule(s *scope) {
 	}
 }
 
-// reconcileDelete removes the role labels and the lock's Lease, then the finalizer. A lock that never
-// managed the pods (conflict with another lock or a foreign Lease) leaves them alone.
-func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
-	lock := s.lock
-	if !controllerutil.ContainsFinalizer(lock, leasev1.Finalizer) {
-		return nil
-	}
-	older, err := r.olderLock(ctx, lock)
-	if err != nil {
-		return err
-	}
-	lease, err := r.getLease(ctx, lock)
-	if err != nil {
-		return err
-	}
-	if older == "" && (lease == nil || ownedBy(lease, lock)) {
-		if err := r.releasePods(ctx, lock, lease); err != nil {
-			return err
-		}
-	}
-	if _, err := opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
-		return err
-	}
-	r.writes.Forget(lock)
-	r.written.forget(lock)
+// reconcileDelete does nothing to the pods: a lock has no finalizer, and its deletion leaves the
+// cluster in one documented state whether or not the operator runs (docs/lease.md, Uninstall).
+//
+// Why no finalizer: the cleanup it guarded (removing the role labels, deleting the Lease) does not
+// truly need the operator. The Lease is owned by its lock (a controller ownerReference), so the
+// garbage collector deletes it. The role labels are deliberately kept: the last writer stays labelled
+// writer, so Services selecting sts-role keep routing while no operator fails over (removing them
+// would cut every writer Service off the moment a lock is deleted). A finalizer instead wedged
+// `kubectl delete -f deploy/lease-operator.yaml` (the operator is gone before the CRD's locks, which
+// then keep its finalizer for ever) and could leave a lock half cleaned, one pod relabelled and the
+// others not, when the operator stopped in the middle.
+//
+// A lock being deleted reaches here only while another finalizer holds it (foreground deletion
+// waiting for the garbage collector to delete its Lease); the finalizer of an older version was
+// removed above.
+func (r *Reconciler) reconcileDelete(_ context.Context, s *scope) error {
+	r.forget(s.lock)
 	return nil
 }
 
-// releasePods removes the role labels from the StatefulSet's pods, then deletes the lock's Lease.
-func (r *Reconciler) releasePods(ctx context.Context, lock *leasev1.StatefulSetLock, lease *coordinationv1.Lease) error {
-	pods, err := r.listPods(ctx, lock)
-	if err != nil {
-		return err
-	}
-	if err := r.removeRoles(ctx, pods); err != nil {
-		return err
-	}
-	if lease == nil {
-		return nil
-	}
-	return r.deleteLease(ctx, lease)
+// forget drops what the process remembers about a lock that is going away.
+func (r *Reconciler) forget(lock *leasev1.StatefulSetLock) {
+	r.writes.Forget(lock)
+	r.written.forget(lock)
 }
 
 // clearSwitchover removes the switchover annotation once the writer is its target.
