@@ -154,6 +154,9 @@ func TestDeletionKeepsTheLabelsAndLeavesTheLeaseToTheGarbageCollector(t *testing
 	op := startOperator(t, nil)
 	lock := f.createLock("lock", 10)
 	f.waitWriter("db-0", "1")
+	f.setReady("db-0", false) // a failover, then db-0 back: db-1 stays the writer (sticky), epoch 2
+	f.waitWriter("db-1", "2")
+	f.setReady("db-0", true)
 	lock = f.lock("lock")
 	assert.Empty(t, lock.Finalizers)
 
@@ -170,19 +173,25 @@ func TestDeletionKeepsTheLabelsAndLeavesTheLeaseToTheGarbageCollector(t *testing
 		return apierrors.IsNotFound(suite.Client.Get(t.Context(), key(lock), &leasev1.StatefulSetLock{}))
 	}, 5*time.Second, tick, "the lock is gone without the operator")
 	roles, epoch := f.roles()
-	assert.Equal(t, map[string]string{"db-0": leasev1.RoleWriter, "db-1": leasev1.RoleReader, "db-2": leasev1.RoleReader}, roles)
-	assert.Equal(t, "1", epoch)
+	assert.Equal(t, map[string]string{"db-0": leasev1.RoleReader, "db-1": leasev1.RoleWriter, "db-2": leasev1.RoleReader}, roles)
+	assert.Equal(t, "2", epoch)
 
-	// What the garbage collector does; then a new lock takes over the labelled pods with a new Lease.
+	// What the garbage collector does; then a new lock (a re-install) keeps the labelled writer, which
+	// is healthy, and goes on from its epoch: no needless move, and the epoch never goes back.
 	require.NoError(t, suite.Client.Delete(t.Context(), lease))
+	writers := watchWriters(t, f.ns)
 	startOperator(t, nil)
 	f.createLock("lock", 10)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, metav1.ConditionTrue, condition(f.lock("lock"), leasev1.ConditionReady).Status)
-		assert.Equal(c, "db-0", f.lock("lock").Status.WriterPod)
+		assert.Equal(c, "db-1", f.lock("lock").Status.WriterPod)
+		assert.EqualValues(c, 2, f.lock("lock").Status.LeaseTransitions)
 	}, wait, tick)
-	assert.Equal(t, "db-0", ptr.Deref(f.lease("lock-lease").Spec.HolderIdentity, ""))
-	f.waitWriter("db-0", "1")
+	lease = f.lease("lock-lease")
+	assert.Equal(t, "db-1", ptr.Deref(lease.Spec.HolderIdentity, ""))
+	assert.EqualValues(t, 2, ptr.Deref(lease.Spec.LeaseTransitions, 0))
+	f.waitWriter("db-1", "2")
+	assert.Zero(t, writers.doubles.Load())
 }
 
 // A lock of an older version carries the finalizer; the operator removes it on sight, whether the

@@ -196,6 +196,9 @@ func (r *Reconciler) elect(ctx context.Context, s *scope) error {
 	if s.pods, err = r.listPods(ctx, lock); err != nil {
 		return err
 	}
+	if s.lease == nil && s.holder.Name == "" {
+		s.holder, s.leaseWrite.transitions = labelledWriter(s.pods, s.leaseWrite.transitions)
+	}
 	views, err := r.podViews(ctx, lock, s.pods, s.now)
 	if err != nil {
 		return err
