@@ -91,6 +91,46 @@ func TestConflictAndErrorStatesHaveEvents(t *testing.T) {
 	f.waitWriter("db-1", "2")
 }
 
+// A switchover whose target cannot take the role yet waits with a working writer: Reconciling=True
+// SwitchoverPending, one Normal Event, kstatus InProgress; once the target is Ready the writer moves,
+// the annotation goes and the lock reads Current.
+func TestSwitchoverPendingIsReportedOnce(t *testing.T) {
+	f := newFixture(t)
+	f.createPod(0, true)
+	f.createPod(1, false)
+	startOperator(t, nil)
+	f.createLock("lock", 2)
+	f.waitWriter("db-0", "1")
+
+	lock := f.lock("lock")
+	lock.Annotations = map[string]string{leasev1.SwitchoverAnnotation: "db-1"}
+	require.NoError(t, suite.Client.Update(t.Context(), lock))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		lock := f.lock("lock")
+		rec := condition(lock, ConditionReconciling)
+		assert.Equal(c, metav1.ConditionTrue, rec.Status)
+		assert.Equal(c, ReasonSwitchoverPending, rec.Reason)
+		assert.Contains(c, rec.Message, "Switchover to pod db-1 waits")
+		assert.Equal(c, metav1.ConditionTrue, condition(lock, leasev1.ConditionReady).Status, "the writer still works")
+		res, err := status.Compute(unstructuredLock(t, lock))
+		require.NoError(c, err)
+		assert.Equal(c, status.InProgressStatus, res.Status)
+		assert.Len(c, typed(testsupport.Events(t, suite.Client, f.ns, "StatefulSetLock", "lock", ReasonSwitchoverPending), corev1.EventTypeNormal), 1)
+	}, wait, tick)
+	staysOneEvent(t, f.ns, map[string]string{"lock": ReasonSwitchoverPending})
+
+	f.setReady("db-1", true)
+	f.waitWriter("db-1", "2")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		lock := f.lock("lock")
+		assert.Empty(c, lock.Annotations[leasev1.SwitchoverAnnotation])
+		assert.Equal(c, metav1.ConditionFalse, condition(lock, ConditionReconciling).Status)
+		res, err := status.Compute(unstructuredLock(t, lock))
+		require.NoError(c, err)
+		assert.Equal(c, status.CurrentStatus, res.Status)
+	}, wait, tick)
+}
+
 // kstatus (sigs.k8s.io/cli-utils/pkg/kstatus/status, the library behind Flux, kpt and kubectl-based
 // deploy tools) reads a lock with a writer as Current, one electing (no Ready pod yet, a delayed
 // failover) as InProgress and one that needs the user (missing StatefulSet, another lock on the same

@@ -52,6 +52,8 @@ type scope struct {
 	known       bool
 	writer      Holder
 	transitions int32
+	// switchoverPending says why a switchover the annotation asks for waits ("" when none waits).
+	switchoverPending string
 	// failoverReason is set when the writer changed in this reconcile.
 	failoverReason string
 	failoverTime   time.Time
@@ -126,6 +128,13 @@ func (r *Reconciler) waitingEvent(lock *leasev1.StatefulSetLock, before []metav1
 	opsutil.EventOnTransition(r.Recorder, lock, nil, before, lock.Status.Conditions, opsutil.Transition{
 		Type: leasev1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
 	})
+	// A switchover that waits keeps a working writer (Ready stays True): its Event comes from the
+	// Reconciling condition, whose other reasons are already announced by Ready above.
+	if c := meta.FindStatusCondition(lock.Status.Conditions, ConditionReconciling); c != nil && c.Reason == ReasonSwitchoverPending {
+		opsutil.EventOnTransition(r.Recorder, lock, nil, before, lock.Status.Conditions, opsutil.Transition{
+			Type: ConditionReconciling, Status: metav1.ConditionTrue, EventType: corev1.EventTypeNormal, Action: "Wait",
+		})
+	}
 }
 
 // reconcileNormal runs one election and makes the pods and the Lease agree with it, in the order that
@@ -296,11 +305,18 @@ func (r *Reconciler) recordFailover(ctx context.Context, s *scope) {
 		"reason", s.failoverReason, "epoch", s.leaseWrite.transitions)
 }
 
-// endSwitchover removes the switchover annotation once the writer is its target.
+// endSwitchover removes the switchover annotation once the writer is its target; until then the
+// switchover waits (for its target to be Ready, on a Ready node, not terminating) and says so.
 func (r *Reconciler) endSwitchover(ctx context.Context, s *scope) error {
-	if target := s.lock.Annotations[leasev1.SwitchoverAnnotation]; target != "" && target == s.decision.Writer.Name {
+	target := s.lock.Annotations[leasev1.SwitchoverAnnotation]
+	switch {
+	case target == "":
+		return nil
+	case target == s.decision.Writer.Name:
 		return r.clearSwitchover(ctx, s.lock)
 	}
+	s.switchoverPending = fmt.Sprintf("Switchover to pod %s waits until it is Ready, not terminating and on a Ready node; %s stays the writer",
+		target, cmp.Or(s.decision.Writer.Name, "no pod"))
 	return nil
 }
 

@@ -33,6 +33,10 @@ const (
 	ConditionReconciling = "Reconciling"
 )
 
+// ReasonSwitchoverPending (condition Reconciling) says that the switchover annotation names a pod that
+// cannot take the writer role yet; the writer stays where it is meanwhile.
+const ReasonSwitchoverPending = "SwitchoverPending"
+
 // stalledStates need the user: another lock manages the StatefulSet, the StatefulSet does not exist,
 // or the Lease belongs to someone else. The operator keeps looking, and the lock recovers on its own
 // once the user has fixed it.
@@ -79,7 +83,14 @@ func applyStatus(o *scope) {
 		})
 	}
 	set(ConditionStalled, stalledStates[o.state])
-	set(ConditionReconciling, reconcilingStates[o.state])
+	if o.switchoverPending != "" && o.state == leasev1.ReasonAvailable {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: ConditionReconciling, Status: metav1.ConditionTrue, Reason: ReasonSwitchoverPending,
+			Message: o.switchoverPending, ObservedGeneration: lock.Generation,
+		})
+	} else {
+		set(ConditionReconciling, reconcilingStates[o.state])
+	}
 	if o.state == leasev1.ReasonReconcileError {
 		// The election state is unknown: keep Available and Progressing as they were.
 		set(leasev1.ConditionError, true)
