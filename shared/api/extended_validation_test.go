@@ -218,7 +218,8 @@ func TestExtendedStatefulSetSeedServerSideApply(t *testing.T) {
 	assert.Equal(t, "5m", field(t, got, "spec.updateStrategy.canaryWatchTime"))
 }
 
-func TestExtendedStatefulSetRejectsInvalid(t *testing.T) {
+// extendedBadInputs are ExtendedStatefulSets the operator could never act on.
+func extendedBadInputs() []badInput {
 	tests := map[string]struct {
 		doc  string
 		want []string
@@ -331,12 +332,33 @@ spec:
 			doc:  extendedStatefulSet(strings.Repeat("e", 41), "", ""),
 			want: []string{"metadata.name must be at most 40 characters"},
 		},
+		"selector operator unknown": {
+			doc:  withSelector(extendedStatefulSet("ests-bad-op", "", ""), "ests-bad-op", "        matchExpressions: [{key: app, operator: Bogus, values: [ests-bad-op]}]\n"),
+			want: []string{"spec.template.spec.selector.matchExpressions", "must be In, NotIn, Exists or DoesNotExist"},
+		},
+		"selector In without values": {
+			doc:  withSelector(extendedStatefulSet("ests-in-novalues", "", ""), "ests-in-novalues", "        matchExpressions: [{key: app, operator: In}]\n"),
+			want: []string{"spec.template.spec.selector.matchExpressions", "must not be empty when the operator is In or NotIn"},
+		},
+		"selector DoesNotExist with values": {
+			doc:  withSelector(extendedStatefulSet("ests-dne-values", "", ""), "ests-dne-values", "        matchExpressions: [{key: legacy, operator: DoesNotExist, values: ['true']}]\n"),
+			want: []string{"spec.template.spec.selector.matchExpressions", "must be empty when the operator is Exists or DoesNotExist"},
+		},
+		"selector empty": {
+			doc:  withSelector(extendedStatefulSet("ests-empty-sel", "", ""), "ests-empty-sel", "        matchLabels: {}\n"),
+			want: []string{"spec.template.spec.selector", "must not be empty"},
+		},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			mustReject(t, tc.doc, tc.want...)
-		})
-	}
+	return sortedCases(tests, func(name string, tc struct {
+		doc  string
+		want []string
+	}) badInput {
+		return badInput{Case: name, Doc: tc.doc, Want: tc.want}
+	})
+}
+
+func TestExtendedStatefulSetRejectsInvalid(t *testing.T) {
+	runBadInputs(t, extendedBadInputs())
 }
 
 // TestExtendedStatefulSetScalingLimitsOnUpdate checks that the limits hold on every path that changes

@@ -146,6 +146,10 @@ type UpdateStrategy struct {
 }
 
 // StatefulSetTemplate is a whole StatefulSet as a template: metadata and spec.
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.selector) || !has(self.spec.selector.matchExpressions) || self.spec.selector.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.template.spec.selector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist",fieldPath=".spec.selector.matchExpressions"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.selector) || !has(self.spec.selector.matchExpressions) || self.spec.selector.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.template.spec.selector.matchExpressions[].values must not be empty when the operator is In or NotIn",fieldPath=".spec.selector.matchExpressions"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.selector) || !has(self.spec.selector.matchExpressions) || self.spec.selector.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.template.spec.selector.matchExpressions[].values must be empty when the operator is Exists or DoesNotExist",fieldPath=".spec.selector.matchExpressions"
+// +kubebuilder:validation:XValidation:rule="has(self.spec.selector) && ((has(self.spec.selector.matchLabels) && size(self.spec.selector.matchLabels) > 0) || (has(self.spec.selector.matchExpressions) && size(self.spec.selector.matchExpressions) > 0))",message="spec.template.spec.selector must not be empty (a StatefulSet requires a selector that matches its pod template's labels)",fieldPath=".spec.selector"
 type StatefulSetTemplate struct {
 	// metadata holds labels and annotations copied to every StatefulSet the operator creates. Names are
 	// chosen by the operator (<name>[-z<zone index>]-v<version>).

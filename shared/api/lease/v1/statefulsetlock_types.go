@@ -100,6 +100,7 @@ type StatefulSetLockStatus struct {
 // +kubebuilder:printcolumn:name="Lease Duration",type="integer",JSONPath=".spec.leaseDurationSeconds",priority=1
 // +kubebuilder:printcolumn:name="Transitions",type="integer",JSONPath=".status.leaseTransitions",priority=1
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it is the value of the label app.anukkrit.me/statefulsetlock on the lock's Lease"
 type StatefulSetLock struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the standard object metadata.

@@ -171,6 +171,7 @@ type PrometheusQuery struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="!self.contains('://') || self.startsWith('http://') || self.startsWith('https://')",message="spec.check.query.url must use the http or https scheme (or no scheme, meaning http)"
+	// +kubebuilder:validation:XValidation:rule="isURL(self.contains('://') ? self : 'http://' + self) && url(self.contains('://') ? self : 'http://' + self).getHostname() != ''",message="spec.check.query.url must be a URL with a host, e.g. http://prometheus.monitoring:9090"
 	URL string `json:"url"`
 
 	// secretRef is the name of a Secret, in the PhasedRollout's namespace, holding Prometheus
@@ -179,6 +180,7 @@ type PrometheusQuery struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	SecretRef string `json:"secretRef,omitempty"`
 
 	// insecureSkipVerify, when true, skips verification of Prometheus's TLS certificate. Defaults to

@@ -26,7 +26,6 @@ type StatefulSingletonPhase string
 
 // StatefulSingletonSpec is the desired behaviour of a StatefulSingleton: which pods form the singleton
 // and how a handover from one pod to the next is timed.
-// +kubebuilder:validation:XValidation:rule="!has(self.terminationGracePeriod) || self.terminationGracePeriod <= self.maxTransitionTime",message="spec.terminationGracePeriod must be <= spec.maxTransitionTime (otherwise every slow shutdown reports a timed-out transition)",fieldPath=".terminationGracePeriod"
 type StatefulSingletonSpec struct {
 	// selector selects, in the StatefulSingleton's namespace, the pods of which at most one may run its
 	// main process at any time (typically the pods of one Deployment or StatefulSet). It must not be
@@ -35,6 +34,9 @@ type StatefulSingletonSpec struct {
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.selector is immutable"
 	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="spec.selector must not be empty (an empty selector would select every pod in the namespace)"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.selector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist",fieldPath=".matchExpressions"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.selector.matchExpressions[].values must not be empty when the operator is In or NotIn",fieldPath=".matchExpressions"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.selector.matchExpressions[].values must be empty when the operator is Exists or DoesNotExist",fieldPath=".matchExpressions"
 	Selector metav1.LabelSelector `json:"selector"`
 
 	// terminationGracePeriod is the grace period, in seconds, given to a managed pod to shut down
