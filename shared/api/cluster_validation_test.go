@@ -356,6 +356,18 @@ spec:
 `),
 			want: []string{"spec.membershipHooks.join.path"},
 		},
+		"membership hook port 0": {
+			doc:  statefulCluster("sc-hook-port0", "  membershipHooks: {retire: {path: /members, port: 0}}\n"),
+			want: []string{"spec.membershipHooks.retire.port", "port must be a port number (1-65535) or a container port name"},
+		},
+		"membership hook port name not a port name": {
+			doc:  statefulCluster("sc-hook-portname", "  membershipHooks: {join: {path: /members, port: Client_Port}}\n"),
+			want: []string{"spec.membershipHooks.join.port", "port must be a port number (1-65535) or a container port name"},
+		},
+		"zoneSpread.topologyKey not a label key": {
+			doc:  statefulCluster("sc-bad-topology", "  zoneSpread: {topologyKey: 'zone label'}\n"),
+			want: []string{"spec.zoneSpread.topologyKey"},
+		},
 		"name too long for pod hostnames": {
 			doc:  statefulCluster(strings.Repeat("a", 53), ""),
 			want: []string{"metadata.name must be at most 52 characters"},

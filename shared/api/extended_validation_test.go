@@ -300,6 +300,30 @@ func extendedBadInputs() []badInput {
 			doc:  extendedStatefulSet("ests-bad-job", "  upgradeJobs: {pre: {spec: {}}}\n", ""),
 			want: []string{"spec.upgradeJobs.pre.spec.template", "Required value"},
 		},
+		"negative replicas": {
+			doc:  extendedStatefulSet("ests-neg-replicas", "", "      replicas: -1\n"),
+			want: []string{"spec.template.spec.replicas", "must not be negative"},
+		},
+		"podManagementPolicy unknown": {
+			doc:  extendedStatefulSet("ests-bad-pmp", "", "      podManagementPolicy: Sequential\n"),
+			want: []string{"spec.template.spec.podManagementPolicy", "must be OrderedReady or Parallel"},
+		},
+		"negative minReadySeconds": {
+			doc:  extendedStatefulSet("ests-neg-minready", "", "      minReadySeconds: -5\n"),
+			want: []string{"spec.template.spec.minReadySeconds", "must not be negative"},
+		},
+		"pod restartPolicy Never": {
+			doc:  extendedStatefulSet("ests-restart-never", "", "          restartPolicy: Never\n"),
+			want: []string{"spec.template.spec.template.spec.restartPolicy", "must be Always"},
+		},
+		"claim retention policy unknown": {
+			doc:  extendedStatefulSet("ests-bad-retention", "", "      persistentVolumeClaimRetentionPolicy: {whenScaled: Keep}\n"),
+			want: []string{"spec.template.spec.persistentVolumeClaimRetentionPolicy", "must be Retain or Delete"},
+		},
+		"upgrade Job with restartPolicy Always": {
+			doc:  extendedStatefulSet("ests-job-always", "  upgradeJobs: {post: {spec: {template: {spec: {restartPolicy: Always, containers: [{name: post, image: busybox}]}}}}}\n", ""),
+			want: []string{"spec.upgradeJobs.post.spec.template.spec.restartPolicy", "must be Never or OnFailure"},
+		},
 		"template without selector": {
 			doc: `
 apiVersion: fissile.cloudfoundry.org/v1alpha1

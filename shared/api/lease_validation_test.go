@@ -99,6 +99,7 @@ func lockBadInputs() []badInput {
 		{"leaseName empty", "{statefulSetName: db, leaseName: '', leaseDurationSeconds: 30}", []string{"spec.leaseName"}},
 		{"leaseName not a DNS name", "{statefulSetName: db, leaseName: 'db lease', leaseDurationSeconds: 30}", []string{"spec.leaseName"}},
 		{"failoverDelaySeconds negative", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, failoverDelaySeconds: -1}", []string{"spec.failoverDelaySeconds"}},
+		{"statefulSetName of 64 characters", "{statefulSetName: " + strings.Repeat("s", 64) + ", leaseName: db-lease, leaseDurationSeconds: 30}", []string{"spec.statefulSetName", "may not be more than 63"}},
 		{"metadata.name of 64 characters", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30}", []string{"metadata.name must be at most 63 characters"}},
 		{"failoverDelaySeconds above 3600", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, failoverDelaySeconds: 3601}", []string{"spec.failoverDelaySeconds"}},
 	}

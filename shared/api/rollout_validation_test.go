@@ -196,6 +196,7 @@ func rolloutBadInputs() []badInput {
 	}{
 		{"targetRef missing", "  check:\n" + query, []string{"spec.targetRef", "Required value"}},
 		{"targetRef not a DNS name", "  targetRef: Web_1\n  check:\n" + query, []string{"spec.targetRef"}},
+		{"targetRef of 64 characters", "  targetRef: " + strings.Repeat("w", 64) + "\n  check:\n" + query, []string{"spec.targetRef", "may not be more than 63"}},
 		{"successThreshold 0", "  targetRef: web\n  check:\n    successThreshold: 0\n" + query, []string{"spec.check.successThreshold"}},
 		{"periodSeconds 0", "  targetRef: web\n  check:\n    periodSeconds: 0\n" + query, []string{"spec.check.periodSeconds"}},
 		{"initialDelaySeconds negative", "  targetRef: web\n  check:\n    initialDelaySeconds: -1\n" + query, []string{"spec.check.initialDelaySeconds"}},

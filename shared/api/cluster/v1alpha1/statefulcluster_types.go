@@ -405,6 +405,7 @@ type MembershipHook struct {
 
 	// port is the pod port: a number or the name of a container port.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 && self <= 65535 : size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]')",message="port must be a port number (1-65535) or a container port name (at most 15 lower-case letters, digits and '-')"
 	Port intstr.IntOrString `json:"port"`
 
 	// scheme is HTTP (the default) or HTTPS (the pod's certificate is not verified).
@@ -435,6 +436,7 @@ type ZoneSpread struct {
 	// +kubebuilder:default="topology.kubernetes.io/zone"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	TopologyKey string `json:"topologyKey,omitempty"`
 
 	// maxUnavailablePerZone is the maximum number of pods, or percentage of a zone's pods (rounded up),

@@ -61,9 +61,11 @@ type PhasedRolloutSpec struct {
 	// updateStrategy must be RollingUpdate; the operator owns
 	// spec.updateStrategy.rollingUpdate.partition. Cannot be changed after creation: retargeting would
 	// leave the previous StatefulSet's partition frozen. Create a new PhasedRollout instead.
+	// At most 63 characters: a longer StatefulSet name makes pod names (<name>-<ordinal>) that are not
+	// valid hostnames, so such a StatefulSet can have no pods.
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.targetRef is immutable"
 	TargetRef string `json:"targetRef"`

@@ -41,8 +41,9 @@ type StatefulSingletonSpec struct {
 
 	// terminationGracePeriod is the grace period, in seconds, given to a managed pod to shut down
 	// cleanly; it is written into the pod's terminationGracePeriodSeconds at creation (see
-	// respectPodGracePeriod). Defaults to 30. Must be 1..3600 and not greater than maxTransitionTime:
-	// a longer grace period would make every slow shutdown report a timed-out transition.
+	// respectPodGracePeriod). Defaults to 30; must be 1..3600. A value greater than maxTransitionTime is
+	// accepted (the original operator's manifests use it) but makes every slow shutdown report a
+	// timed-out transition, so keep it at most maxTransitionTime.
 	// +optional
 	// +kubebuilder:default=30
 	// +kubebuilder:validation:Minimum=1
