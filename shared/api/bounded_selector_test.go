@@ -25,9 +25,9 @@ import (
 // rules refuse what they should and accept the seeds' examples. Once `make generate` applies
 // selectorschema to the CRDs it writes, these cases move to the kinds' bad-input tables.
 
-// installBounded serves a copy of the CRD in file under group, edited by edit, and returns a function
-// that rewrites a manifest's apiVersion to that group.
-func installBounded(t *testing.T, file, group string, edit func(root *apiextensionsv1.JSONSchemaProps) error) func(doc string) string {
+// installBounded serves a copy of the CRD in file under group, with selectorschema.Apply applied, and
+// returns a function that rewrites a manifest's apiVersion to that group.
+func installBounded(t *testing.T, file, group string) func(doc string) string {
 	t.Helper()
 	raw, err := os.ReadFile(file)
 	require.NoError(t, err)
@@ -36,9 +36,8 @@ func installBounded(t *testing.T, file, group string, edit func(root *apiextensi
 	oldGroup := crd.Spec.Group
 	crd.Spec.Group = group
 	crd.Name = crd.Spec.Names.Plural + "." + group
-	for i := range crd.Spec.Versions {
-		require.NoError(t, edit(crd.Spec.Versions[i].Schema.OpenAPIV3Schema))
-	}
+	require.NoError(t, selectorschema.Apply(crd))
+	require.NoError(t, selectorschema.Apply(crd), "applying it twice")
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
 	require.NoError(t, err)
 	u := &unstructured.Unstructured{Object: obj}
@@ -104,9 +103,7 @@ func runBoundedCases(t *testing.T, rewrite func(string) string, cases []boundedC
 
 func TestBoundedSelectorStatefulSingleton(t *testing.T) {
 	rewrite := installBounded(t, filepath.Join("..", "..", "singleton-operator", "config", "crd", "bases", "apps.openshift.statefulsingleton.com_statefulsingletons.yaml"),
-		"bounded.statefulsingleton.test", func(root *apiextensionsv1.JSONSchemaProps) error {
-			return selectorschema.Edit(root, "spec.selector", func(s *apiextensionsv1.JSONSchemaProps) error { return selectorschema.Bound(s, "spec.selector") })
-		})
+		"bounded.statefulsingleton.test")
 	doc := func(selector string) string {
 		return "apiVersion: apps.openshift.statefulsingleton.com/v1\nkind: StatefulSingleton\nmetadata: {name: ss-bounded}\nspec:\n  selector: " + selector + "\n"
 	}
@@ -129,17 +126,7 @@ func TestBoundedSelectorStatefulSingleton(t *testing.T) {
 
 func TestBoundedSelectorStatefulCluster(t *testing.T) {
 	rewrite := installBounded(t, filepath.Join("..", "..", "cluster-operator", "config", "crd", "bases", "enge.me_statefulclusters.yaml"),
-		"bounded.enge.test", func(root *apiextensionsv1.JSONSchemaProps) error {
-			if err := selectorschema.Edit(root, "spec.selector", func(s *apiextensionsv1.JSONSchemaProps) error { return selectorschema.Bound(s, "spec.selector") }); err != nil {
-				return err
-			}
-			return selectorschema.Edit(root, "spec", func(s *apiextensionsv1.JSONSchemaProps) error {
-				s.XValidations = append(s.XValidations, selectorschema.MatchRule("self.selector",
-					[]string{"self.selector.matchLabels", "self.template.metadata.labels"},
-					"e.key in ['enge.me/statefulcluster', 'enge.me/identity', 'controller-revision-hash']", "spec.selector", ".selector"))
-				return nil
-			})
-		})
+		"bounded.enge.test")
 	// statefulCluster's template has the label tier: db; the selector's matchLabels are added to pods.
 	withExpr := func(name, expr string) string {
 		return withSelector(statefulCluster(name, ""), name, "    matchLabels: {app: "+name+"}\n    matchExpressions: ["+expr+"]\n")
@@ -161,23 +148,8 @@ func TestBoundedSelectorStatefulCluster(t *testing.T) {
 }
 
 func TestBoundedSelectorExtendedStatefulSet(t *testing.T) {
-	const skip = "fissile.cloudfoundry.org/"
 	rewrite := installBounded(t, filepath.Join("..", "..", "extended-operator", "config", "crd", "bases", "fissile.cloudfoundry.org_extendedstatefulsets.yaml"),
-		"bounded.fissile.test", func(root *apiextensionsv1.JSONSchemaProps) error {
-			if err := selectorschema.Edit(root, "spec.template.spec.selector", func(s *apiextensionsv1.JSONSchemaProps) error {
-				return selectorschema.Bound(s, "spec.template.spec.selector")
-			}); err != nil {
-				return err
-			}
-			return selectorschema.Edit(root, "spec.template", func(s *apiextensionsv1.JSONSchemaProps) error {
-				s.XValidations = append(s.XValidations,
-					selectorschema.SubsetRule("self.spec.selector", "self.spec.template.metadata.labels", "k.startsWith('"+skip+"')",
-						"spec.template.spec.selector", "spec.template.spec.template.metadata.labels", ".spec.selector"),
-					selectorschema.MatchRule("self.spec.selector", []string{"self.spec.template.metadata.labels"}, "e.key.startsWith('"+skip+"')",
-						"spec.template.spec.selector", ".spec.selector"))
-				return nil
-			})
-		})
+		"bounded.fissile.test")
 	// extendedStatefulSet's template has the label app: <name>, and selects it.
 	withSel := func(name, sel string) string {
 		return withSelector(extendedStatefulSet(name, "", ""), name, sel)

@@ -141,7 +141,7 @@ func Bound(sel *apiextensionsv1.JSONSchemaProps, path string) error {
 	item.Properties["values"] = values
 	sel.Properties["matchExpressions"] = me
 
-	sel.XValidations = append(sel.XValidations, Rules(path)...)
+	sel.XValidations = appendNew(sel.XValidations, Rules(path)...)
 	return nil
 }
 
@@ -164,3 +164,69 @@ func Edit(root *apiextensionsv1.JSONSchemaProps, path string, edit func(*apiexte
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Apply bounds the label selectors of a statefulops CRD and adds their rules: for StatefulSingleton
+// spec.selector; for StatefulCluster spec.selector, which the pods' labels (the template's plus the
+// selector's matchLabels, which the operator adds) must satisfy; for ExtendedStatefulSet
+// spec.template.spec.selector, which the pod template's labels must satisfy, as a StatefulSet
+// requires. Labels the operators set themselves are not checked. Other CRDs are left as they are.
+// Applying it twice changes nothing more.
+func Apply(crd *apiextensionsv1.CustomResourceDefinition) error {
+	type edit struct {
+		path string
+		fn   func(*apiextensionsv1.JSONSchemaProps) error
+	}
+	bound := func(path string) edit {
+		return edit{path, func(s *apiextensionsv1.JSONSchemaProps) error { return Bound(s, path) }}
+	}
+	rules := func(path string, rules ...apiextensionsv1.ValidationRule) edit {
+		return edit{path, func(s *apiextensionsv1.JSONSchemaProps) error {
+			s.XValidations = appendNew(s.XValidations, rules...)
+			return nil
+		}}
+	}
+	var edits []edit
+	switch crd.Spec.Names.Kind {
+	case "StatefulSingleton":
+		edits = []edit{bound("spec.selector")}
+	case "StatefulCluster":
+		edits = []edit{bound("spec.selector"), rules("spec", MatchRule("self.selector",
+			[]string{"self.selector.matchLabels", "self.template.metadata.labels"},
+			"e.key in ['enge.me/statefulcluster', 'enge.me/identity', 'controller-revision-hash']", "spec.selector", ".selector"))}
+	case "ExtendedStatefulSet":
+		const skipK, skipE = "k.startsWith('fissile.cloudfoundry.org/')", "e.key.startsWith('fissile.cloudfoundry.org/')"
+		edits = []edit{bound("spec.template.spec.selector"), rules("spec.template",
+			SubsetRule("self.spec.selector", "self.spec.template.metadata.labels", skipK,
+				"spec.template.spec.selector", "spec.template.spec.template.metadata.labels", ".spec.selector"),
+			MatchRule("self.spec.selector", []string{"self.spec.template.metadata.labels"}, skipE, "spec.template.spec.selector", ".spec.selector"))}
+	}
+	for i := range crd.Spec.Versions {
+		v := &crd.Spec.Versions[i]
+		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+			return fmt.Errorf("%s: version %s has no schema", crd.Name, v.Name)
+		}
+		for _, e := range edits {
+			if err := Edit(v.Schema.OpenAPIV3Schema, e.path, e.fn); err != nil {
+				return fmt.Errorf("%s %s: %w", crd.Name, v.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// appendNew appends the rules that list does not hold yet.
+func appendNew(list []apiextensionsv1.ValidationRule, rules ...apiextensionsv1.ValidationRule) []apiextensionsv1.ValidationRule {
+	for _, r := range rules {
+		found := false
+		for _, have := range list {
+			if have.Rule == r.Rule {
+				found = true
+				break
+			}
+		}
+		if !found {
+			list = append(list, r)
+		}
+	}
+	return list
+}
