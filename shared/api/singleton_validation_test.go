@@ -108,7 +108,8 @@ func singletonBadInputs() []badInput {
 		{"selector Exists with values", "  selector: {matchExpressions: [{key: app, operator: Exists, values: [db]}]}\n", []string{"spec.selector.matchExpressions", "must be empty when the operator is Exists or DoesNotExist"}},
 		{"selector DoesNotExist with values", "  selector: {matchExpressions: [{key: app, operator: DoesNotExist, values: [db]}]}\n", []string{"spec.selector.matchExpressions", "must be empty when the operator is Exists or DoesNotExist"}},
 		{"maxTransitionTime 0", sel + "  maxTransitionTime: 0\n", []string{"spec.maxTransitionTime"}},
-		{"maxTransitionTime above 3600", sel + "  maxTransitionTime: 3601\n", []string{"spec.maxTransitionTime"}},
+		{"maxTransitionTime negative", sel + "  maxTransitionTime: -300\n", []string{"spec.maxTransitionTime"}},
+		{"terminationGracePeriod not a number", sel + "  terminationGracePeriod: 30s\n", []string{"spec.terminationGracePeriod"}},
 		{"terminationGracePeriod 0", sel + "  terminationGracePeriod: 0\n", []string{"spec.terminationGracePeriod"}},
 		{"holdMode unknown", sel + "  holdMode: Sidecar\n", []string{"spec.holdMode", "Unsupported value"}},
 		{"respectPodGracePeriod not a boolean", sel + "  respectPodGracePeriod: \"yes\"\n", []string{"spec.respectPodGracePeriod"}},
@@ -142,6 +143,15 @@ spec:
   selector: {matchLabels: {app: db}}
   terminationGracePeriod: 30
   maxTransitionTime: 1
+`)
+	mustApply(t, `
+apiVersion: apps.openshift.statefulsingleton.com/v1
+kind: StatefulSingleton
+metadata: {name: ss-long-handover}
+spec:
+  selector: {matchLabels: {app: db}}
+  terminationGracePeriod: 7200
+  maxTransitionTime: 10800
 `)
 	mustApply(t, `
 apiVersion: apps.openshift.statefulsingleton.com/v1

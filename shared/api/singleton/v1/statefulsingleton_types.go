@@ -41,23 +41,23 @@ type StatefulSingletonSpec struct {
 
 	// terminationGracePeriod is the grace period, in seconds, given to a managed pod to shut down
 	// cleanly; it is written into the pod's terminationGracePeriodSeconds at creation (see
-	// respectPodGracePeriod). Defaults to 30; must be 1..3600. A value greater than maxTransitionTime is
-	// accepted (the original operator's manifests use it) but makes every slow shutdown report a
-	// timed-out transition, so keep it at most maxTransitionTime.
+	// respectPodGracePeriod). Defaults to 30; must be at least 1 (no upper bound, as in the original
+	// operator). A value greater than maxTransitionTime is accepted (the original operator's manifests
+	// use it) but makes every slow shutdown report a timed-out transition, so keep it at most
+	// maxTransitionTime.
 	// +optional
 	// +kubebuilder:default=30
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=3600
 	TerminationGracePeriod int32 `json:"terminationGracePeriod,omitempty"`
 
 	// maxTransitionTime is the time, in seconds, a handover (old pod terminating → new pod released) is
 	// expected to take at most. Past it the operator reports the transition as timed out (phase Failed,
 	// condition TransitionTimedOut, Event TransitionTimeout) but keeps holding the new pod: a deadline
-	// never releases a pod while the old one may still run. Defaults to 300; must be 1..3600.
+	// never releases a pod while the old one may still run. Defaults to 300; must be at least 1 (no
+	// upper bound, as in the original operator).
 	// +optional
 	// +kubebuilder:default=300
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=3600
 	MaxTransitionTime int32 `json:"maxTransitionTime,omitempty"`
 
 	// respectPodGracePeriod, when true, keeps a pod's own terminationGracePeriodSeconds if it is longer
