@@ -392,6 +392,30 @@ spec:
 			doc:  withSelector(statefulCluster("sc-identity", ""), "sc-identity", "    matchLabels: {enge.me/identity: sc-identity-0}\n"),
 			want: []string{"spec.selector.matchLabels", "must not select on enge.me/identity or controller-revision-hash"},
 		},
+		"selector In without the template's value": {
+			doc:  clusterWithExpr("sc-in-bad", "{key: tier, operator: In, values: [web]}"),
+			want: []string{"spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector NotIn with the template's value": {
+			doc:  clusterWithExpr("sc-notin-bad", "{key: tier, operator: NotIn, values: [db]}"),
+			want: []string{"spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector Exists on a label the template lacks": {
+			doc:  clusterWithExpr("sc-exists-bad", "{key: zone, operator: Exists}"),
+			want: []string{"spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector DoesNotExist on a template label": {
+			doc:  clusterWithExpr("sc-dne-bad", "{key: tier, operator: DoesNotExist}"),
+			want: []string{"spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector In on a label the template lacks": {
+			doc:  clusterWithExpr("sc-in-absent", "{key: zone, operator: In, values: [a]}"),
+			want: []string{"spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector label value invalid": {
+			doc:  withSelector(statefulCluster("sc-bad-value", ""), "sc-bad-value", "    matchLabels: {app: 'a b'}\n"),
+			want: []string{"spec.selector.matchLabels", "values must be label values"},
+		},
 	}
 	return sortedCases(tests, func(name string, tc struct {
 		doc  string
@@ -399,6 +423,12 @@ spec:
 	}) badInput {
 		return badInput{Case: name, Doc: tc.doc, Want: tc.want}
 	})
+}
+
+// clusterWithExpr is statefulCluster (template label tier: db) selecting app: name (which the operator
+// adds to its pods) and the matchExpression expr.
+func clusterWithExpr(name, expr string) string {
+	return withSelector(statefulCluster(name, ""), name, "    matchLabels: {app: "+name+"}\n    matchExpressions: ["+expr+"]\n")
 }
 
 func TestStatefulClusterRejectsInvalid(t *testing.T) {

@@ -372,6 +372,26 @@ spec:
 			doc:  withSelector(extendedStatefulSet("ests-empty-sel", "", ""), "ests-empty-sel", "        matchLabels: {}\n"),
 			want: []string{"spec.template.spec.selector", "must not be empty"},
 		},
+		"selector matchLabels value differs from the template": {
+			doc:  withSelector(extendedStatefulSet("ests-other", "", ""), "ests-other", "        matchLabels: {app: other}\n"),
+			want: []string{"spec.template.spec.selector.matchLabels", "must all be in spec.template.spec.template.metadata.labels"},
+		},
+		"selector matchLabels key not in the template": {
+			doc:  withSelector(extendedStatefulSet("ests-missing", "", ""), "ests-missing", "        matchLabels: {app: ests-missing, tier: db}\n"),
+			want: []string{"spec.template.spec.selector.matchLabels", "must all be in spec.template.spec.template.metadata.labels"},
+		},
+		"selector In without the template's value": {
+			doc:  withSelector(extendedStatefulSet("ests-in-bad", "", ""), "ests-in-bad", "        matchExpressions: [{key: app, operator: In, values: [other]}]\n"),
+			want: []string{"spec.template.spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector DoesNotExist on a template label": {
+			doc:  withSelector(extendedStatefulSet("ests-dne-bad", "", ""), "ests-dne-bad", "        matchLabels: {app: ests-dne-bad}\n        matchExpressions: [{key: app, operator: DoesNotExist}]\n"),
+			want: []string{"spec.template.spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector label key invalid": {
+			doc:  withSelector(extendedStatefulSet("ests-bad-key", "", ""), "ests-bad-key", "        matchLabels: {'app name': x}\n"),
+			want: []string{"spec.template.spec.selector.matchLabels", "keys must be label keys"},
+		},
 	}
 	return sortedCases(tests, func(name string, tc struct {
 		doc  string

@@ -3,6 +3,7 @@
 package api_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -112,6 +113,16 @@ func singletonBadInputs() []badInput {
 		{"terminationGracePeriod not a number", sel + "  terminationGracePeriod: 30s\n", []string{"spec.terminationGracePeriod"}},
 		{"terminationGracePeriod 0", sel + "  terminationGracePeriod: 0\n", []string{"spec.terminationGracePeriod"}},
 		{"holdMode unknown", sel + "  holdMode: Sidecar\n", []string{"spec.holdMode", "Unsupported value"}},
+		{"selector label value with a space", "  selector: {matchLabels: {app: 'my db'}}\n", []string{"spec.selector.matchLabels", "values must be label values"}},
+		{"selector label value of 64 characters", "  selector: {matchLabels: {app: " + strings.Repeat("v", 64) + "}}\n", []string{"spec.selector.matchLabels", "may not be more than 63"}},
+		{"selector label value ending in a dash", "  selector: {matchLabels: {app: db-}}\n", []string{"spec.selector.matchLabels", "values must be label values"}},
+		{"selector label key beginning with a dash", "  selector: {matchLabels: {-app: db}}\n", []string{"spec.selector.matchLabels", "keys must be label keys"}},
+		{"selector label key with two slashes", "  selector: {matchLabels: {a/b/c: db}}\n", []string{"spec.selector.matchLabels", "keys must be label keys"}},
+		{"selector label key name of 64 characters", "  selector: {matchLabels: {" + strings.Repeat("k", 64) + ": db}}\n", []string{"spec.selector.matchLabels", "keys must be label keys"}},
+		{"selector label key prefix of 254 characters", "  selector: {matchLabels: {" + strings.Repeat("p", 254) + "/app: db}}\n", []string{"spec.selector.matchLabels", "keys must be label keys"}},
+		{"selector expression key invalid", "  selector: {matchExpressions: [{key: 'my app', operator: Exists}]}\n", []string{"spec.selector.matchExpressions", "key must be a label key"}},
+		{"selector expression value invalid", "  selector: {matchExpressions: [{key: app, operator: In, values: ['db!']}]}\n", []string{"spec.selector.matchExpressions", "values must be label values"}},
+		{"selector with 65 matchLabels", "  selector: {matchLabels: {" + manyLabels(65) + "}}\n", []string{"spec.selector.matchLabels", "must have at most 64 items"}},
 		{"respectPodGracePeriod not a boolean", sel + "  respectPodGracePeriod: \"yes\"\n", []string{"spec.respectPodGracePeriod"}},
 	}
 	out := make([]badInput, 0, len(tests))
