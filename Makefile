@@ -161,6 +161,8 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs and RBAC from the API a
 	  ../cluster-operator/config/crd/bases/enge.me_statefulclusters.yaml
 	cd shared && go run ./hack/crdslim -field spec.template.spec -field spec.upgradeJobs.pre -field spec.upgradeJobs.post \
 	  ../extended-operator/config/crd/bases/fissile.cloudfoundry.org_extendedstatefulsets.yaml
+	# label selector bounds and rules controller-gen cannot generate (shared/api/selectorschema)
+	cd shared && go run ./api/selectorschema/cmd/boundselectors ../*-operator/config/crd/bases/*.yaml
 
 .PHONY: manifests
 manifests: generate $(KUBECTL) ## Render deploy/<operator>.yaml from each operator's kustomize config.

@@ -176,7 +176,8 @@ func TestStatefulClusterDefaults(t *testing.T) {
 // TestStatefulClusterSeedServerSideApply applies the seed example as `kubectl apply --server-side` does.
 func TestStatefulClusterSeedServerSideApply(t *testing.T) {
 	obj := decode(t, statefulClusterSeed)
-	obj.SetName("coder-ssa")
+	obj.SetNamespace("seed-ssa") // the seed as is: its selector names the StatefulCluster "coder"
+	ensureNamespace(t, "seed-ssa")
 	require.NoError(t, k8sClient.Patch(t.Context(), obj, client.Apply, client.FieldOwner("validation-test")))
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), obj) })
 	got := readBack(t, obj)
@@ -184,7 +185,8 @@ func TestStatefulClusterSeedServerSideApply(t *testing.T) {
 	assert.Equal(t, "Parallel", field(t, got, "spec.podManagementPolicy"))
 }
 
-func TestStatefulClusterRejectsInvalid(t *testing.T) {
+// clusterBadInputs are StatefulClusters the operator could never act on.
+func clusterBadInputs() []badInput {
 	tests := map[string]struct {
 		doc  string
 		want []string
@@ -354,16 +356,83 @@ spec:
 `),
 			want: []string{"spec.membershipHooks.join.path"},
 		},
+		"membership hook port 0": {
+			doc:  statefulCluster("sc-hook-port0", "  membershipHooks: {retire: {path: /members, port: 0}}\n"),
+			want: []string{"spec.membershipHooks.retire.port", "port must be a port number (1-65535) or a container port name"},
+		},
+		"membership hook port name not a port name": {
+			doc:  statefulCluster("sc-hook-portname", "  membershipHooks: {join: {path: /members, port: Client_Port}}\n"),
+			want: []string{"spec.membershipHooks.join.port", "port must be a port number (1-65535) or a container port name"},
+		},
+		"zoneSpread.topologyKey not a label key": {
+			doc:  statefulCluster("sc-bad-topology", "  zoneSpread: {topologyKey: 'zone label'}\n"),
+			want: []string{"spec.zoneSpread.topologyKey"},
+		},
 		"name too long for pod hostnames": {
 			doc:  statefulCluster(strings.Repeat("a", 53), ""),
 			want: []string{"metadata.name must be at most 52 characters"},
 		},
+		"selector operator unknown": {
+			doc:  withSelector(statefulCluster("sc-bad-op", ""), "sc-bad-op", "    matchExpressions: [{key: tier, operator: Bogus, values: [db]}]\n"),
+			want: []string{"spec.selector.matchExpressions", "must be In, NotIn, Exists or DoesNotExist"},
+		},
+		"selector In without values": {
+			doc:  withSelector(statefulCluster("sc-in-novalues", ""), "sc-in-novalues", "    matchExpressions: [{key: tier, operator: In}]\n"),
+			want: []string{"spec.selector.matchExpressions", "must not be empty when the operator is In or NotIn"},
+		},
+		"selector Exists with values": {
+			doc:  withSelector(statefulCluster("sc-exists-values", ""), "sc-exists-values", "    matchExpressions: [{key: tier, operator: Exists, values: [db]}]\n"),
+			want: []string{"spec.selector.matchExpressions", "must be empty when the operator is Exists or DoesNotExist"},
+		},
+		"selector on enge.me/statefulcluster of another name": {
+			doc:  withSelector(statefulCluster("sc-other-name", ""), "sc-other-name", "    matchLabels: {enge.me/statefulcluster: coder}\n"),
+			want: []string{"spec.selector.matchLabels", "enge.me/statefulcluster must equal metadata.name"},
+		},
+		"selector on enge.me/identity": {
+			doc:  withSelector(statefulCluster("sc-identity", ""), "sc-identity", "    matchLabels: {enge.me/identity: sc-identity-0}\n"),
+			want: []string{"spec.selector.matchLabels", "must not select on enge.me/identity or controller-revision-hash"},
+		},
+		"selector In without the template's value": {
+			doc:  clusterWithExpr("sc-in-bad", "{key: tier, operator: In, values: [web]}"),
+			want: []string{"spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector NotIn with the template's value": {
+			doc:  clusterWithExpr("sc-notin-bad", "{key: tier, operator: NotIn, values: [db]}"),
+			want: []string{"spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector Exists on a label the template lacks": {
+			doc:  clusterWithExpr("sc-exists-bad", "{key: zone, operator: Exists}"),
+			want: []string{"spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector DoesNotExist on a template label": {
+			doc:  clusterWithExpr("sc-dne-bad", "{key: tier, operator: DoesNotExist}"),
+			want: []string{"spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector In on a label the template lacks": {
+			doc:  clusterWithExpr("sc-in-absent", "{key: zone, operator: In, values: [a]}"),
+			want: []string{"spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector label value invalid": {
+			doc:  withSelector(statefulCluster("sc-bad-value", ""), "sc-bad-value", "    matchLabels: {app: 'a b'}\n"),
+			want: []string{"spec.selector.matchLabels", "values must be label values"},
+		},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			mustReject(t, tc.doc, tc.want...)
-		})
-	}
+	return sortedCases(tests, func(name string, tc struct {
+		doc  string
+		want []string
+	}) badInput {
+		return badInput{Case: name, Doc: tc.doc, Want: tc.want}
+	})
+}
+
+// clusterWithExpr is statefulCluster (template label tier: db) selecting app: name (which the operator
+// adds to its pods) and the matchExpression expr.
+func clusterWithExpr(name, expr string) string {
+	return withSelector(statefulCluster(name, ""), name, "    matchLabels: {app: "+name+"}\n    matchExpressions: ["+expr+"]\n")
+}
+
+func TestStatefulClusterRejectsInvalid(t *testing.T) {
+	runBadInputs(t, clusterBadInputs())
 }
 
 func TestStatefulClusterImmutableFields(t *testing.T) {
@@ -465,4 +534,16 @@ func TestStatefulClusterScaleSubresource(t *testing.T) {
 	require.NoError(t, unstructured.SetNestedField(scale.Object, int64(-1), "spec", "replicas"))
 	err := k8sClient.SubResource("scale").Update(t.Context(), obj, client.WithSubResourceBody(scale))
 	require.Error(t, err, "scaling to -1 must be refused")
+}
+
+// withSelector replaces the selector "matchLabels: {app: <name>}" of a manifest made by statefulCluster
+// or extendedStatefulSet with the given selector lines (children of the selector, indented as it is).
+func withSelector(doc, name, selector string) string {
+	for _, indent := range []string{"        ", "    "} {
+		old := indent + "matchLabels:\n" + indent + "  app: " + name + "\n"
+		if strings.Contains(doc, old) {
+			return strings.Replace(doc, old, selector, 1)
+		}
+	}
+	panic("withSelector: no selector matchLabels app: " + name + " in the manifest")
 }

@@ -218,7 +218,8 @@ func TestExtendedStatefulSetSeedServerSideApply(t *testing.T) {
 	assert.Equal(t, "5m", field(t, got, "spec.updateStrategy.canaryWatchTime"))
 }
 
-func TestExtendedStatefulSetRejectsInvalid(t *testing.T) {
+// extendedBadInputs are ExtendedStatefulSets the operator could never act on.
+func extendedBadInputs() []badInput {
 	tests := map[string]struct {
 		doc  string
 		want []string
@@ -299,6 +300,30 @@ func TestExtendedStatefulSetRejectsInvalid(t *testing.T) {
 			doc:  extendedStatefulSet("ests-bad-job", "  upgradeJobs: {pre: {spec: {}}}\n", ""),
 			want: []string{"spec.upgradeJobs.pre.spec.template", "Required value"},
 		},
+		"negative replicas": {
+			doc:  extendedStatefulSet("ests-neg-replicas", "", "      replicas: -1\n"),
+			want: []string{"spec.template.spec.replicas", "must not be negative"},
+		},
+		"podManagementPolicy unknown": {
+			doc:  extendedStatefulSet("ests-bad-pmp", "", "      podManagementPolicy: Sequential\n"),
+			want: []string{"spec.template.spec.podManagementPolicy", "must be OrderedReady or Parallel"},
+		},
+		"negative minReadySeconds": {
+			doc:  extendedStatefulSet("ests-neg-minready", "", "      minReadySeconds: -5\n"),
+			want: []string{"spec.template.spec.minReadySeconds", "must not be negative"},
+		},
+		"pod restartPolicy Never": {
+			doc:  extendedStatefulSet("ests-restart-never", "", "          restartPolicy: Never\n"),
+			want: []string{"spec.template.spec.template.spec.restartPolicy", "must be Always"},
+		},
+		"claim retention policy unknown": {
+			doc:  extendedStatefulSet("ests-bad-retention", "", "      persistentVolumeClaimRetentionPolicy: {whenScaled: Keep}\n"),
+			want: []string{"spec.template.spec.persistentVolumeClaimRetentionPolicy", "must be Retain or Delete"},
+		},
+		"upgrade Job with restartPolicy Always": {
+			doc:  extendedStatefulSet("ests-job-always", "  upgradeJobs: {post: {spec: {template: {spec: {restartPolicy: Always, containers: [{name: post, image: busybox}]}}}}}\n", ""),
+			want: []string{"spec.upgradeJobs.post.spec.template.spec.restartPolicy", "must be Never or OnFailure"},
+		},
 		"template without selector": {
 			doc: `
 apiVersion: fissile.cloudfoundry.org/v1alpha1
@@ -331,12 +356,53 @@ spec:
 			doc:  extendedStatefulSet(strings.Repeat("e", 41), "", ""),
 			want: []string{"metadata.name must be at most 40 characters"},
 		},
+		"selector operator unknown": {
+			doc:  withSelector(extendedStatefulSet("ests-bad-op", "", ""), "ests-bad-op", "        matchExpressions: [{key: app, operator: Bogus, values: [ests-bad-op]}]\n"),
+			want: []string{"spec.template.spec.selector.matchExpressions", "must be In, NotIn, Exists or DoesNotExist"},
+		},
+		"selector In without values": {
+			doc:  withSelector(extendedStatefulSet("ests-in-novalues", "", ""), "ests-in-novalues", "        matchExpressions: [{key: app, operator: In}]\n"),
+			want: []string{"spec.template.spec.selector.matchExpressions", "must not be empty when the operator is In or NotIn"},
+		},
+		"selector DoesNotExist with values": {
+			doc:  withSelector(extendedStatefulSet("ests-dne-values", "", ""), "ests-dne-values", "        matchExpressions: [{key: legacy, operator: DoesNotExist, values: ['true']}]\n"),
+			want: []string{"spec.template.spec.selector.matchExpressions", "must be empty when the operator is Exists or DoesNotExist"},
+		},
+		"selector empty": {
+			doc:  withSelector(extendedStatefulSet("ests-empty-sel", "", ""), "ests-empty-sel", "        matchLabels: {}\n"),
+			want: []string{"spec.template.spec.selector", "must not be empty"},
+		},
+		"selector matchLabels value differs from the template": {
+			doc:  withSelector(extendedStatefulSet("ests-other", "", ""), "ests-other", "        matchLabels: {app: other}\n"),
+			want: []string{"spec.template.spec.selector.matchLabels", "must all be in spec.template.spec.template.metadata.labels"},
+		},
+		"selector matchLabels key not in the template": {
+			doc:  withSelector(extendedStatefulSet("ests-missing", "", ""), "ests-missing", "        matchLabels: {app: ests-missing, tier: db}\n"),
+			want: []string{"spec.template.spec.selector.matchLabels", "must all be in spec.template.spec.template.metadata.labels"},
+		},
+		"selector In without the template's value": {
+			doc:  withSelector(extendedStatefulSet("ests-in-bad", "", ""), "ests-in-bad", "        matchExpressions: [{key: app, operator: In, values: [other]}]\n"),
+			want: []string{"spec.template.spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector DoesNotExist on a template label": {
+			doc:  withSelector(extendedStatefulSet("ests-dne-bad", "", ""), "ests-dne-bad", "        matchLabels: {app: ests-dne-bad}\n        matchExpressions: [{key: app, operator: DoesNotExist}]\n"),
+			want: []string{"spec.template.spec.selector.matchExpressions", "must be satisfied by the pod template's labels"},
+		},
+		"selector label key invalid": {
+			doc:  withSelector(extendedStatefulSet("ests-bad-key", "", ""), "ests-bad-key", "        matchLabels: {'app name': x}\n"),
+			want: []string{"spec.template.spec.selector.matchLabels", "keys must be label keys"},
+		},
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			mustReject(t, tc.doc, tc.want...)
-		})
-	}
+	return sortedCases(tests, func(name string, tc struct {
+		doc  string
+		want []string
+	}) badInput {
+		return badInput{Case: name, Doc: tc.doc, Want: tc.want}
+	})
+}
+
+func TestExtendedStatefulSetRejectsInvalid(t *testing.T) {
+	runBadInputs(t, extendedBadInputs())
 }
 
 // TestExtendedStatefulSetScalingLimitsOnUpdate checks that the limits hold on every path that changes

@@ -3,6 +3,7 @@
 package api_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -81,7 +82,8 @@ spec: {statefulSetName: db, leaseName: db.writer, leaseDurationSeconds: 3600, fa
 	}
 }
 
-func TestStatefulSetLockRejectsInvalid(t *testing.T) {
+// lockBadInputs are StatefulSetLocks the operator could never act on.
+func lockBadInputs() []badInput {
 	tests := []struct {
 		name string
 		spec string // flow-style spec
@@ -97,13 +99,28 @@ func TestStatefulSetLockRejectsInvalid(t *testing.T) {
 		{"leaseName empty", "{statefulSetName: db, leaseName: '', leaseDurationSeconds: 30}", []string{"spec.leaseName"}},
 		{"leaseName not a DNS name", "{statefulSetName: db, leaseName: 'db lease', leaseDurationSeconds: 30}", []string{"spec.leaseName"}},
 		{"failoverDelaySeconds negative", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, failoverDelaySeconds: -1}", []string{"spec.failoverDelaySeconds"}},
+		{"statefulSetName of 64 characters", "{statefulSetName: " + strings.Repeat("s", 64) + ", leaseName: db-lease, leaseDurationSeconds: 30}", []string{"spec.statefulSetName", "may not be more than 63"}},
+		{"metadata.name of 64 characters", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30}", []string{"metadata.name must be at most 63 characters"}},
 		{"failoverDelaySeconds above 3600", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, failoverDelaySeconds: 3601}", []string{"spec.failoverDelaySeconds"}},
 	}
+	out := make([]badInput, 0, len(tests))
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			mustReject(t, "apiVersion: app.anukkrit.me/v1\nkind: StatefulSetLock\nmetadata: {name: ssl-invalid}\nspec: "+tt.spec+"\n", tt.want...)
-		})
+		name := "ssl-invalid"
+		if strings.HasPrefix(tt.name, "metadata.name") {
+			name = strings.Repeat("l", 64)
+		}
+		out = append(out, badInput{Case: tt.name, Input: tt.spec, Doc: "apiVersion: app.anukkrit.me/v1\nkind: StatefulSetLock\nmetadata: {name: " + name + "}\nspec: " + tt.spec + "\n", Want: tt.want})
 	}
+	return out
+}
+
+func TestStatefulSetLockRejectsInvalid(t *testing.T) {
+	runBadInputs(t, lockBadInputs())
+}
+
+// A lock name of 63 characters, the longest label value, is accepted.
+func TestStatefulSetLockLongestName(t *testing.T) {
+	mustApply(t, "apiVersion: app.anukkrit.me/v1\nkind: StatefulSetLock\nmetadata: {name: "+strings.Repeat("l", 63)+"}\nspec: {statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30}\n")
 }
 
 func TestStatefulSetLockUpdates(t *testing.T) {

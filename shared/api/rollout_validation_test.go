@@ -3,6 +3,7 @@
 package api_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -185,7 +186,8 @@ func TestPhasedRolloutSeedSecretApplies(t *testing.T) {
 	mustApply(t, seed003Rollout)
 }
 
-func TestPhasedRolloutRejectsInvalid(t *testing.T) {
+// rolloutBadInputs are PhasedRollouts the operator could never act on.
+func rolloutBadInputs() []badInput {
 	const query = "    query: {expr: 'up == 0', url: 'http://prometheus:9090'}\n"
 	tests := []struct {
 		name string
@@ -194,6 +196,7 @@ func TestPhasedRolloutRejectsInvalid(t *testing.T) {
 	}{
 		{"targetRef missing", "  check:\n" + query, []string{"spec.targetRef", "Required value"}},
 		{"targetRef not a DNS name", "  targetRef: Web_1\n  check:\n" + query, []string{"spec.targetRef"}},
+		{"targetRef of 64 characters", "  targetRef: " + strings.Repeat("w", 64) + "\n  check:\n" + query, []string{"spec.targetRef", "may not be more than 63"}},
 		{"successThreshold 0", "  targetRef: web\n  check:\n    successThreshold: 0\n" + query, []string{"spec.check.successThreshold"}},
 		{"periodSeconds 0", "  targetRef: web\n  check:\n    periodSeconds: 0\n" + query, []string{"spec.check.periodSeconds"}},
 		{"initialDelaySeconds negative", "  targetRef: web\n  check:\n    initialDelaySeconds: -1\n" + query, []string{"spec.check.initialDelaySeconds"}},
@@ -218,13 +221,29 @@ func TestPhasedRolloutRejectsInvalid(t *testing.T) {
 		{"query.expr missing", "  targetRef: web\n  check:\n    query: {url: 'http://prometheus:9090'}\n", []string{"spec.check.query.expr", "Required value"}},
 		{"query.url missing", "  targetRef: web\n  check:\n    query: {expr: 'up == 0'}\n", []string{"spec.check.query.url", "Required value"}},
 		{"query.url with another scheme (CEL)", "  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: 'ftp://prometheus:9090'}\n", []string{"spec.check.query.url", "http or https"}},
+		{"query.url without a host (CEL)", "  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: 'http://'}\n", []string{"spec.check.query.url", "must be a URL with a host"}},
+		{"query.url only a port (CEL)", "  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: 'http://:9090'}\n", []string{"spec.check.query.url", "must be a URL with a host"}},
+		{"query.url not a URL (CEL)", "  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: '::not a url::'}\n", []string{"spec.check.query.url", "must be a URL with a host"}},
+		{"query.secretRef not a Secret name", "  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: 'http://prometheus:9090', secretRef: 'Prom Creds'}\n", []string{"spec.check.query.secretRef"}},
 		{"successWhen unknown", "  targetRef: web\n  check:\n    successWhen: Maybe\n" + query, []string{"spec.check.successWhen", "Unsupported value"}},
 		{"onFailure unknown", "  targetRef: web\n  check:\n    onFailure: Retry\n" + query, []string{"spec.check.onFailure", "Unsupported value"}},
 	}
+	out := make([]badInput, 0, len(tests))
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			mustReject(t, "apiVersion: sts.plus/v1alpha1\nkind: PhasedRollout\nmetadata: {name: pr-invalid}\nspec:\n"+tt.spec, tt.want...)
-		})
+		out = append(out, badInput{Case: tt.name, Input: tt.spec, Doc: "apiVersion: sts.plus/v1alpha1\nkind: PhasedRollout\nmetadata: {name: pr-invalid}\nspec:\n" + tt.spec, Want: tt.want})
+	}
+	return out
+}
+
+func TestPhasedRolloutRejectsInvalid(t *testing.T) {
+	runBadInputs(t, rolloutBadInputs())
+}
+
+// Prometheus URLs in the shapes users write are accepted: without a scheme (the original's example),
+// with a path, an IPv6 address or credentials.
+func TestPhasedRolloutAcceptsURLs(t *testing.T) {
+	for i, url := range []string{"prom:9000/xx", "http://prometheus-operated.monitoring.svc:9090", "https://prom.example.com/prometheus", "http://[::1]:9090", "http://10.0.0.1:9090"} {
+		mustApply(t, fmt.Sprintf("apiVersion: sts.plus/v1alpha1\nkind: PhasedRollout\nmetadata: {name: pr-url-%d}\nspec:\n  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: '%s'}\n", i, url))
 	}
 }
 

@@ -118,6 +118,9 @@ type StatefulClusterSpec struct {
 	// matchExpressions must be satisfied by the template's own labels. Must not be empty. Immutable.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="spec.selector must not be empty"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.selector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist",fieldPath=".matchExpressions"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.selector.matchExpressions[].values must not be empty when the operator is In or NotIn",fieldPath=".matchExpressions"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.selector.matchExpressions[].values must be empty when the operator is Exists or DoesNotExist",fieldPath=".matchExpressions"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.selector is immutable"
 	Selector *metav1.LabelSelector `json:"selector"`
 
@@ -402,6 +405,7 @@ type MembershipHook struct {
 
 	// port is the pod port: a number or the name of a container port.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 && self <= 65535 : size(self) <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]')",message="port must be a port number (1-65535) or a container port name (at most 15 lower-case letters, digits and '-')"
 	Port intstr.IntOrString `json:"port"`
 
 	// scheme is HTTP (the default) or HTTPS (the pod's certificate is not verified).
@@ -432,6 +436,7 @@ type ZoneSpread struct {
 	// +kubebuilder:default="topology.kubernetes.io/zone"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 	TopologyKey string `json:"topologyKey,omitempty"`
 
 	// maxUnavailablePerZone is the maximum number of pods, or percentage of a zone's pods (rounded up),
@@ -605,6 +610,7 @@ type RetiredClaim struct {
 // +kubebuilder:printcolumn:name="Revision",type="string",JSONPath=".status.updateRevision",priority=1
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters, so that pod names <name>-<n> stay valid hostnames (63)"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.selector) || !has(self.spec.selector.matchLabels) || ((!('enge.me/statefulcluster' in self.spec.selector.matchLabels) || self.spec.selector.matchLabels['enge.me/statefulcluster'] == self.metadata.name) && !('enge.me/identity' in self.spec.selector.matchLabels) && !('controller-revision-hash' in self.spec.selector.matchLabels))",message="spec.selector.matchLabels must not select on enge.me/identity or controller-revision-hash (they differ from pod to pod), and enge.me/statefulcluster must equal metadata.name (the operator sets it on every pod)",fieldPath=".spec.selector.matchLabels"
 type StatefulCluster struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the standard object metadata.

@@ -146,6 +146,15 @@ type UpdateStrategy struct {
 }
 
 // StatefulSetTemplate is a whole StatefulSet as a template: metadata and spec.
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.selector) || !has(self.spec.selector.matchExpressions) || self.spec.selector.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.template.spec.selector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist",fieldPath=".spec.selector.matchExpressions"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.selector) || !has(self.spec.selector.matchExpressions) || self.spec.selector.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.template.spec.selector.matchExpressions[].values must not be empty when the operator is In or NotIn",fieldPath=".spec.selector.matchExpressions"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.selector) || !has(self.spec.selector.matchExpressions) || self.spec.selector.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.template.spec.selector.matchExpressions[].values must be empty when the operator is Exists or DoesNotExist",fieldPath=".spec.selector.matchExpressions"
+// +kubebuilder:validation:XValidation:rule="has(self.spec.selector) && ((has(self.spec.selector.matchLabels) && size(self.spec.selector.matchLabels) > 0) || (has(self.spec.selector.matchExpressions) && size(self.spec.selector.matchExpressions) > 0))",message="spec.template.spec.selector must not be empty (a StatefulSet requires a selector that matches its pod template's labels)",fieldPath=".spec.selector"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.replicas) || self.spec.replicas >= 0",message="spec.template.spec.replicas must not be negative",fieldPath=".spec.replicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.podManagementPolicy) || self.spec.podManagementPolicy in ['OrderedReady', 'Parallel']",message="spec.template.spec.podManagementPolicy must be OrderedReady or Parallel",fieldPath=".spec.podManagementPolicy"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.minReadySeconds) || self.spec.minReadySeconds >= 0",message="spec.template.spec.minReadySeconds must not be negative",fieldPath=".spec.minReadySeconds"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.template.spec) || !has(self.spec.template.spec.restartPolicy) || self.spec.template.spec.restartPolicy == 'Always'",message="spec.template.spec.template.spec.restartPolicy must be Always, as a StatefulSet requires",fieldPath=".spec.template.spec.restartPolicy"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.persistentVolumeClaimRetentionPolicy) || ((!has(self.spec.persistentVolumeClaimRetentionPolicy.whenDeleted) || self.spec.persistentVolumeClaimRetentionPolicy.whenDeleted in ['Retain', 'Delete']) && (!has(self.spec.persistentVolumeClaimRetentionPolicy.whenScaled) || self.spec.persistentVolumeClaimRetentionPolicy.whenScaled in ['Retain', 'Delete']))",message="spec.template.spec.persistentVolumeClaimRetentionPolicy.whenDeleted and whenScaled must be Retain or Delete",fieldPath=".spec.persistentVolumeClaimRetentionPolicy"
 type StatefulSetTemplate struct {
 	// metadata holds labels and annotations copied to every StatefulSet the operator creates. Names are
 	// chosen by the operator (<name>[-z<zone index>]-v<version>).
@@ -217,6 +226,8 @@ type AvailabilityZones struct {
 // finished when it has its own Complete or Failed condition: its backoffLimit, activeDeadlineSeconds
 // and podFailurePolicy decide when it has failed. The Job's pod template is used as given, plus the
 // label fissile.cloudfoundry.org/upgrade-job; restartPolicy defaults to Never when unset.
+// +kubebuilder:validation:XValidation:rule="!has(self.pre) || !has(self.pre.spec) || !has(self.pre.spec.template.spec) || !has(self.pre.spec.template.spec.restartPolicy) || self.pre.spec.template.spec.restartPolicy in ['Never', 'OnFailure']",message="spec.upgradeJobs.pre.spec.template.spec.restartPolicy must be Never or OnFailure, as a Job requires",fieldPath=".pre.spec.template.spec.restartPolicy"
+// +kubebuilder:validation:XValidation:rule="!has(self.post) || !has(self.post.spec) || !has(self.post.spec.template.spec) || !has(self.post.spec.template.spec.restartPolicy) || self.post.spec.template.spec.restartPolicy in ['Never', 'OnFailure']",message="spec.upgradeJobs.post.spec.template.spec.restartPolicy must be Never or OnFailure, as a Job requires",fieldPath=".post.spec.template.spec.restartPolicy"
 type UpgradeJobs struct {
 	// pre is run before the pods of a new version start: the version's StatefulSet exists (phase PreJob,
 	// 0 replicas) and waits for the Job. With zones it runs once per version, before the first zone

@@ -10,9 +10,11 @@ type StatefulSetLockSpec struct {
 	// statefulSetName is the name of the StatefulSet, in the lock's namespace, among whose pods exactly
 	// one is labelled sts-role=writer and the others sts-role=reader. Cannot be changed after creation:
 	// retargeting would leave role labels on the old StatefulSet's pods. Create a new lock instead.
+	// At most 63 characters: a longer StatefulSet name makes pod names (<name>-<ordinal>) that are not
+	// valid hostnames, so such a StatefulSet can have no pods.
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.statefulSetName is immutable"
 	StatefulSetName string `json:"statefulSetName"`
@@ -100,6 +102,7 @@ type StatefulSetLockStatus struct {
 // +kubebuilder:printcolumn:name="Lease Duration",type="integer",JSONPath=".spec.leaseDurationSeconds",priority=1
 // +kubebuilder:printcolumn:name="Transitions",type="integer",JSONPath=".status.leaseTransitions",priority=1
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it is the value of the label app.anukkrit.me/statefulsetlock on the lock's Lease"
 type StatefulSetLock struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the standard object metadata.

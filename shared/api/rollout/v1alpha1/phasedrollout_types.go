@@ -61,9 +61,11 @@ type PhasedRolloutSpec struct {
 	// updateStrategy must be RollingUpdate; the operator owns
 	// spec.updateStrategy.rollingUpdate.partition. Cannot be changed after creation: retargeting would
 	// leave the previous StatefulSet's partition frozen. Create a new PhasedRollout instead.
+	// At most 63 characters: a longer StatefulSet name makes pod names (<name>-<ordinal>) that are not
+	// valid hostnames, so such a StatefulSet can have no pods.
 	// +required
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.targetRef is immutable"
 	TargetRef string `json:"targetRef"`
@@ -171,6 +173,7 @@ type PrometheusQuery struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="!self.contains('://') || self.startsWith('http://') || self.startsWith('https://')",message="spec.check.query.url must use the http or https scheme (or no scheme, meaning http)"
+	// +kubebuilder:validation:XValidation:rule="isURL(self.contains('://') ? self : 'http://' + self) && url(self.contains('://') ? self : 'http://' + self).getHostname() != ''",message="spec.check.query.url must be a URL with a host, e.g. http://prometheus.monitoring:9090"
 	URL string `json:"url"`
 
 	// secretRef is the name of a Secret, in the PhasedRollout's namespace, holding Prometheus
@@ -179,6 +182,7 @@ type PrometheusQuery struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	SecretRef string `json:"secretRef,omitempty"`
 
 	// insecureSkipVerify, when true, skips verification of Prometheus's TLS certificate. Defaults to

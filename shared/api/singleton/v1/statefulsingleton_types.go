@@ -26,7 +26,6 @@ type StatefulSingletonPhase string
 
 // StatefulSingletonSpec is the desired behaviour of a StatefulSingleton: which pods form the singleton
 // and how a handover from one pod to the next is timed.
-// +kubebuilder:validation:XValidation:rule="!has(self.terminationGracePeriod) || self.terminationGracePeriod <= self.maxTransitionTime",message="spec.terminationGracePeriod must be <= spec.maxTransitionTime (otherwise every slow shutdown reports a timed-out transition)",fieldPath=".terminationGracePeriod"
 type StatefulSingletonSpec struct {
 	// selector selects, in the StatefulSingleton's namespace, the pods of which at most one may run its
 	// main process at any time (typically the pods of one Deployment or StatefulSet). It must not be
@@ -35,26 +34,30 @@ type StatefulSingletonSpec struct {
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.selector is immutable"
 	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="spec.selector must not be empty (an empty selector would select every pod in the namespace)"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="spec.selector.matchExpressions[].operator must be In, NotIn, Exists or DoesNotExist",fieldPath=".matchExpressions"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['In', 'NotIn']) || (has(e.values) && size(e.values) > 0))",message="spec.selector.matchExpressions[].values must not be empty when the operator is In or NotIn",fieldPath=".matchExpressions"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, !(e.operator in ['Exists', 'DoesNotExist']) || !has(e.values) || size(e.values) == 0)",message="spec.selector.matchExpressions[].values must be empty when the operator is Exists or DoesNotExist",fieldPath=".matchExpressions"
 	Selector metav1.LabelSelector `json:"selector"`
 
 	// terminationGracePeriod is the grace period, in seconds, given to a managed pod to shut down
 	// cleanly; it is written into the pod's terminationGracePeriodSeconds at creation (see
-	// respectPodGracePeriod). Defaults to 30. Must be 1..3600 and not greater than maxTransitionTime:
-	// a longer grace period would make every slow shutdown report a timed-out transition.
+	// respectPodGracePeriod). Defaults to 30; must be at least 1 (no upper bound, as in the original
+	// operator). A value greater than maxTransitionTime is accepted (the original operator's manifests
+	// use it) but makes every slow shutdown report a timed-out transition, so keep it at most
+	// maxTransitionTime.
 	// +optional
 	// +kubebuilder:default=30
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=3600
 	TerminationGracePeriod int32 `json:"terminationGracePeriod,omitempty"`
 
 	// maxTransitionTime is the time, in seconds, a handover (old pod terminating → new pod released) is
 	// expected to take at most. Past it the operator reports the transition as timed out (phase Failed,
 	// condition TransitionTimedOut, Event TransitionTimeout) but keeps holding the new pod: a deadline
-	// never releases a pod while the old one may still run. Defaults to 300; must be 1..3600.
+	// never releases a pod while the old one may still run. Defaults to 300; must be at least 1 (no
+	// upper bound, as in the original operator).
 	// +optional
 	// +kubebuilder:default=300
 	// +kubebuilder:validation:Minimum=1
-	// +kubebuilder:validation:Maximum=3600
 	MaxTransitionTime int32 `json:"maxTransitionTime,omitempty"`
 
 	// respectPodGracePeriod, when true, keeps a pod's own terminationGracePeriodSeconds if it is longer
