@@ -33,6 +33,29 @@ func setConditions(pr *rolloutv1alpha1.PhasedRollout) {
 	set(rolloutv1alpha1.ConditionUpdated, phase == rolloutv1alpha1.PhaseUpdated, reason, msg)
 	set(rolloutv1alpha1.ConditionProgressing, phase == rolloutv1alpha1.PhaseRolling || phase == rolloutv1alpha1.PhaseVerifying, reason, msg)
 	set(rolloutv1alpha1.ConditionDegraded, bad, reason, msg)
+	// kstatus: Stalled when only a change by the user lets the rollout progress, Reconciling while it
+	// progresses; at most one of them is True, so status.Compute reads Failed, InProgress or Current.
+	set(ConditionStalled, bad, reason, msg)
+	set(ConditionReconciling, !bad && (phase == rolloutv1alpha1.PhaseRolling || phase == rolloutv1alpha1.PhaseVerifying), reason, msg)
+}
+
+// setInvalidSpec overrides the conditions derived from the phase when the spec holds something the
+// operator can never act on (checkSpec): Ready False, Degraded and Stalled True with the problem's
+// reason and message (the parser's), Reconciling False. The phase stays as it was: the operator did
+// nothing, and its values are the original project's.
+func setInvalidSpec(pr *rolloutv1alpha1.PhasedRollout, p *specProblem) {
+	if p == nil {
+		return
+	}
+	for t, status := range map[string]metav1.ConditionStatus{
+		rolloutv1alpha1.ConditionReady:       metav1.ConditionFalse,
+		rolloutv1alpha1.ConditionProgressing: metav1.ConditionFalse,
+		rolloutv1alpha1.ConditionDegraded:    metav1.ConditionTrue,
+		ConditionStalled:                     metav1.ConditionTrue,
+		ConditionReconciling:                 metav1.ConditionFalse,
+	} {
+		meta.SetStatusCondition(&pr.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: p.reason, Message: p.message, ObservedGeneration: pr.Generation})
+	}
 }
 
 // waitingEvents records, once the status is written, an Event when the rollout enters a waiting state,
