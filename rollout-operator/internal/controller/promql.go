@@ -8,9 +8,9 @@ import (
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 )
 
-// Condition types and reasons of the kstatus conventions (sigs.k8s.io/cli-utils/pkg/kstatus). They
-// belong beside the other condition types in shared/api/rollout/v1alpha1; they are here until that
-// package takes them.
+// Condition types and reasons of the kstatus conventions (sigs.k8s.io/cli-utils/pkg/kstatus), and the
+// Event reasons added with them. They belong beside the others in shared/api/rollout/v1alpha1; they
+// are here until that package takes them.
 const (
 	// ConditionStalled is True when the PhasedRollout cannot make progress without a change by the
 	// user: its StatefulSet is missing, cannot be managed, a step used up check.maxTries, or the spec
@@ -25,6 +25,9 @@ const (
 	// EventOwnershipTakenOver is recorded when a PhasedRollout takes over a StatefulSet whose
 	// ManagedByAnnotation names a PhasedRollout that no longer exists or targets another StatefulSet.
 	EventOwnershipTakenOver = "OwnershipTakenOver"
+	// EventWaitForPodsToReturn is recorded when the template went back to the current revision and
+	// the partition is held until the pods above it are back on it.
+	EventWaitForPodsToReturn = "WaitForPodsToReturn"
 )
 
 // specProblem is what in a PhasedRollout's spec the operator can never act on although the API server

@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,59 @@ func TestInvalidQueryStallsAtOnce(t *testing.T) {
 	assert.True(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReady))
 	assert.Equal(t, "pr", f.sts().Annotations[rolloutv1alpha1.ManagedByAnnotation])
 	assert.Len(t, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidQuery), 1, "one Event per transition")
+}
+
+// A query made invalid during a rollout stops it where it is: no check runs and the partition does not
+// move although the checks would pass; fixing the query resumes it.
+func TestInvalidQueryMidRolloutFreezesThePartition(t *testing.T) {
+	checker := newFakeChecker(VerdictPass)
+	startOperator(t, checker)
+	f := newFixture(t, 3, 0)
+	f.simulateStatefulSetController()
+	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.InitialDelaySeconds = ptr.To[int32](3) })
+	f.waitPartition(3)
+	f.newRevision("web-r2")
+	f.waitPartition(2)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pr := f.rollout()
+		pr.Spec.Check.Query.Expr = `sum(rate(errors[5m]) > `
+		return suite.Client.Update(context.Background(), pr)
+	}))
+	f.waitCondition(ConditionStalled, "True", ReasonInvalidQuery)
+	checks := len(checker.recorded())
+	testsupport.NeverWithin(t, 3*time.Second, 100*time.Millisecond, func() bool {
+		return f.partition() != 2 || len(checker.recorded()) != checks
+	}, "the partition moved or a check ran while the query is invalid")
+	assert.Equal(t, rolloutv1alpha1.PhaseRolling, f.rollout().Status.Phase, "the phase stays: nothing was done")
+	assert.False(t, metaTrue(f.rollout(), ConditionReconciling))
+
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pr := f.rollout()
+		pr.Spec.Check.Query.Expr = `sum(rate(errors[5m])) > 0`
+		return suite.Client.Update(context.Background(), pr)
+	}))
+	f.waitPartition(0)
+	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+}
+
+// Pods returning to the current revision (the template was reverted) are a waiting state with Ready
+// True: an Event says why the partition is held, once.
+func TestPodsReturningHaveAnEvent(t *testing.T) {
+	startOperator(t, newFakeChecker(VerdictPass))
+	f := newFixture(t, 2, 0)
+	f.setPodRevision("web-1", "web-r2")
+	f.createRollout()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", EventWaitForPodsToReturn)
+		if assert.Len(c, evs, 1) {
+			assert.Contains(c, evs[0].Note, "pods are returning to revision web-r1")
+		}
+	}, wait, tick, "WaitForPodsToReturn Event")
+	testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool {
+		return len(testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", EventWaitForPodsToReturn)) != 1
+	}, "the Event repeated")
+	f.setPodRevision("web-1", "web-r1")
+	require.Eventually(t, func() bool { return strings.HasPrefix(f.rollout().Status.Message, "idle") }, wait, tick, "idle once the pod is back")
 }
 
 // A StatefulSet whose ownership annotation names a PhasedRollout that does not exist, or one that
