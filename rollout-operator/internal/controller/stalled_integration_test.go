@@ -94,6 +94,16 @@ func TestInvalidQueryStallsAtOnce(t *testing.T) {
 		return annotated || sts.ResourceVersion != before.ResourceVersion
 	}, "the StatefulSet was touched while the query is invalid")
 
+	// Another invalid query is another Event.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pr := f.rollout()
+		pr.Spec.Check.Query.Expr = `rate(errors[5m]`
+		return suite.Client.Update(context.Background(), pr)
+	}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Len(c, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidQuery), 2)
+	}, wait, tick, "a second InvalidQuery Event")
+
 	// Another problem: a URL without a host.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pr := f.rollout()
@@ -113,7 +123,8 @@ func TestInvalidQueryStallsAtOnce(t *testing.T) {
 	f.waitPartition(2)
 	assert.True(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReady))
 	assert.Equal(t, "pr", f.sts().Annotations[rolloutv1alpha1.ManagedByAnnotation])
-	assert.Len(t, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidQuery), 1, "one Event per transition")
+	assert.Len(t, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidQuery), 2, "one Event per transition")
+	assert.Len(t, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidURL), 1, "one Event per transition")
 }
 
 // A query made invalid during a rollout stops it where it is: no check runs and the partition does not
