@@ -269,11 +269,7 @@ func TestSkipCheckAliasesAndDeletion(t *testing.T) {
 func TestCannotManage(t *testing.T) {
 	startOperator(t, newFakeChecker(VerdictPass))
 	f := newFixture(t, 1, 0)
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		sts := f.sts()
-		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.OnDeleteStatefulSetStrategyType}
-		return suite.Client.Update(context.Background(), sts)
-	}))
+	f.setOnDelete()
 	f.createRollout()
 	pr := f.waitPhase(rolloutv1alpha1.PhaseErrorCannotManage)
 	assert.Contains(t, pr.Status.Message, "OnDelete")

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
@@ -28,6 +29,9 @@ type scope struct {
 	sts      *appsv1.StatefulSet // nil until readTarget found it
 	replicas int32               // sts's spec.replicas (default 1)
 	events   []pendingEvent
+	// invalid is what in the spec the operator can never act on (checkSpec): the PhasedRollout is
+	// Stalled and nothing is done to the StatefulSet until the spec changes.
+	invalid *specProblem
 	// overheadStart is when the last passing check of a step ended, set when the step moved the
 	// partition: the status write ends the step's overhead (stepOverhead).
 	overheadStart *time.Time
@@ -95,6 +99,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, result reconcile
 	}
 	pr.Status.ObservedGeneration = pr.Generation
 	setConditions(pr)
+	setInvalidSpec(pr, s.invalid)
 	if _, serr := opsutil.PatchStatus(ctx, r.Client, pr, s.orig, opsutil.WithOptimisticLock()); serr != nil {
 		if err == nil {
 			err = serr
@@ -115,11 +120,16 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, result reconcile
 // StatefulSet, refuse one it cannot manage, let it roll freely under skipCheck, hold a new one until its
 // revisions are known, then act on its revisions.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if s.invalid = checkSpec(s.pr); s.invalid != nil {
+		// Before reading the StatefulSet: an invalid spec changes nothing on it (a rollout under way
+		// stays frozen where it is); the spec's next update reconciles again.
+		return reconcile.Result{}, nil
+	}
 	if found, err := r.readTarget(ctx, s); err != nil || !found {
 		return reconcile.Result{}, err
 	}
-	if cannotManage(s) {
-		return reconcile.Result{}, nil
+	if refused, err := r.cannotManage(ctx, s); err != nil || refused {
+		return reconcile.Result{}, err
 	}
 	s.pr.Status.CurrentRevision = s.sts.Status.CurrentRevision
 	if skipCheck(s.pr) {
@@ -152,23 +162,66 @@ func (r *Reconciler) readTarget(ctx context.Context, s *scope) (bool, error) {
 }
 
 // cannotManage reports (phase ErrorCannotManage) a StatefulSet another PhasedRollout manages, or one
-// whose updateStrategy is OnDelete (no partition to hold), and reports whether it did.
-func cannotManage(s *scope) bool {
+// whose updateStrategy is OnDelete (no partition to hold, so nothing to take over either), and reports
+// whether it did. A stale ownership annotation is taken over (takeOverStale).
+func (r *Reconciler) cannotManage(ctx context.Context, s *scope) (bool, error) {
 	pr, sts := s.pr, s.sts
-	if owner, ok := sts.Annotations[rolloutv1alpha1.ManagedByAnnotation]; ok && owner != pr.Name {
-		s.setPhase(rolloutv1alpha1.PhaseErrorCannotManage, "StatefulSet %s is managed by PhasedRollout %s", sts.Name, owner)
-		pr.Status.RollingPodStatus = nil
-		return true
-	}
 	if sts.Spec.UpdateStrategy.Type == appsv1.OnDeleteStatefulSetStrategyType {
-		if pr.Status.Phase != rolloutv1alpha1.PhaseErrorCannotManage {
+		msg := fmt.Sprintf("StatefulSet %s has updateStrategy OnDelete; set it to RollingUpdate to manage it", sts.Name)
+		if pr.Status.Phase != rolloutv1alpha1.PhaseErrorCannotManage || pr.Status.Message != msg {
 			s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventCannotManage, "StatefulSet %s has updateStrategy OnDelete; only RollingUpdate can be managed", sts.Name)
 		}
-		s.setPhase(rolloutv1alpha1.PhaseErrorCannotManage, "StatefulSet %s has updateStrategy OnDelete; set it to RollingUpdate to manage it", sts.Name)
+		s.setPhase(rolloutv1alpha1.PhaseErrorCannotManage, "%s", msg)
 		pr.Status.RollingPodStatus = nil
-		return true
+		return true, nil
 	}
-	return false
+	if owner, ok := sts.Annotations[rolloutv1alpha1.ManagedByAnnotation]; ok && owner != pr.Name {
+		stale, err := r.takeOverStale(ctx, s, owner)
+		if err != nil || stale {
+			return false, err
+		}
+		msg := fmt.Sprintf("StatefulSet %s is managed by PhasedRollout %s", sts.Name, owner)
+		if pr.Status.Phase != rolloutv1alpha1.PhaseErrorCannotManage || pr.Status.Message != msg {
+			s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventCannotManage, "%s; delete that PhasedRollout or this one", msg)
+		}
+		s.setPhase(rolloutv1alpha1.PhaseErrorCannotManage, "%s", msg)
+		pr.Status.RollingPodStatus = nil
+		return true, nil
+	}
+	return false, nil
+}
+
+// takeOverStale takes over a StatefulSet whose ManagedByAnnotation names owner, a PhasedRollout that
+// no longer exists (deleted without its finalizer, e.g. while the operator was uninstalled) or that
+// targets another StatefulSet: nothing would ever hand it back otherwise. It rewrites the annotation
+// with the partition the StatefulSet has (its default 0 when unset), so the StatefulSet rolls exactly
+// as before until this PhasedRollout decides, and reports whether it took it over. An owner that
+// exists and targets this StatefulSet keeps it.
+func (r *Reconciler) takeOverStale(ctx context.Context, s *scope, owner string) (bool, error) {
+	pr, sts := s.pr, s.sts
+	other := &rolloutv1alpha1.PhasedRollout{}
+	why := ""
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: owner}, other); {
+	case apierrors.IsNotFound(err):
+		why = "does not exist"
+	case err != nil:
+		return false, fmt.Errorf("reading PhasedRollout %s, named by StatefulSet %s's %s annotation: %w", owner, sts.Name, rolloutv1alpha1.ManagedByAnnotation, err)
+	case other.Spec.TargetRef != sts.Name:
+		why = fmt.Sprintf("targets StatefulSet %s", other.Spec.TargetRef)
+	default:
+		return false, nil
+	}
+	partition := int32(0)
+	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		partition = *ru.Partition
+	}
+	if err := r.applyPartition(ctx, pr, sts, partition, true); err != nil {
+		return false, err
+	}
+	sts.Annotations[rolloutv1alpha1.ManagedByAnnotation] = pr.Name
+	log.FromContext(ctx).Info("took over a StatefulSet with stale ownership", "statefulSet", sts.Name, "previousOwner", owner, "reason", why)
+	s.event(pr, corev1.EventTypeNormal, EventOwnershipTakenOver, "StatefulSet %s was marked as managed by PhasedRollout %s, which %s; PhasedRollout %s takes it over (partition left at %d)", sts.Name, owner, why, pr.Name, partition)
+	return true, nil
 }
 
 // skipCheck reports whether skipCheck or its alias standardRollingUpdate is true.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,7 +111,12 @@ func awaitReturn(s *scope) reconcile.Result {
 	pr.Status.RollingPodStatus = nil
 	if pr.Status.Phase != rolloutv1alpha1.PhaseFailed {
 		// Not Rolling: no check is needed and the partition must not move down.
-		s.setPhase(rolloutv1alpha1.PhaseReady, "pods are returning to revision %s; the partition is held until they are back", target)
+		msg := fmt.Sprintf("pods are returning to revision %s; the partition is held until they are back", target)
+		if pr.Status.Message != msg {
+			// A waiting state with Ready True: only this Event tells kubectl describe why it waits.
+			s.event(pr, corev1.EventTypeNormal, EventWaitForPodsToReturn, "%s", msg)
+		}
+		s.setPhase(rolloutv1alpha1.PhaseReady, "%s", msg)
 	}
 	return reconcile.Result{RequeueAfter: pollWhileWaiting}
 }

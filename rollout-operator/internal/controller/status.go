@@ -33,15 +33,50 @@ func setConditions(pr *rolloutv1alpha1.PhasedRollout) {
 	set(rolloutv1alpha1.ConditionUpdated, phase == rolloutv1alpha1.PhaseUpdated, reason, msg)
 	set(rolloutv1alpha1.ConditionProgressing, phase == rolloutv1alpha1.PhaseRolling || phase == rolloutv1alpha1.PhaseVerifying, reason, msg)
 	set(rolloutv1alpha1.ConditionDegraded, bad, reason, msg)
+	// kstatus: Stalled when only a change by the user lets the rollout progress, Reconciling while it
+	// progresses; at most one of them is True, so status.Compute reads Failed, InProgress or Current.
+	set(ConditionStalled, bad, reason, msg)
+	set(ConditionReconciling, !bad && (phase == rolloutv1alpha1.PhaseRolling || phase == rolloutv1alpha1.PhaseVerifying), reason, msg)
+}
+
+// setInvalidSpec overrides the conditions derived from the phase when the spec holds something the
+// operator can never act on (checkSpec): Ready False, Degraded and Stalled True with the problem's
+// reason and message (the parser's), Reconciling False. The phase stays as it was: the operator did
+// nothing, and its values are the original project's.
+func setInvalidSpec(pr *rolloutv1alpha1.PhasedRollout, p *specProblem) {
+	if p == nil {
+		return
+	}
+	for _, c := range []struct {
+		t      string
+		status metav1.ConditionStatus
+	}{
+		{rolloutv1alpha1.ConditionReady, metav1.ConditionFalse},
+		{rolloutv1alpha1.ConditionProgressing, metav1.ConditionFalse},
+		{rolloutv1alpha1.ConditionDegraded, metav1.ConditionTrue},
+		{ConditionStalled, metav1.ConditionTrue},
+		{ConditionReconciling, metav1.ConditionFalse},
+	} {
+		meta.SetStatusCondition(&pr.Status.Conditions, metav1.Condition{Type: c.t, Status: c.status, Reason: p.reason, Message: p.message, ObservedGeneration: pr.Generation})
+	}
 }
 
 // waitingEvents records, once the status is written, an Event when the rollout enters a waiting state,
-// once per entry, so kubectl describe says why it waits: Ready turning False (StatefulSet missing,
-// cannot manage it, failed) unless this reconcile already announced the change, and each step that
-// waits on a pod (to be updated and Ready, every pod available, the initial delay, the checks, a check
-// that could not be evaluated).
+// once per entry, so kubectl describe says why it waits: a spec it can never act on (Stalled with the
+// parser's message, checkSpec), Ready turning False (StatefulSet missing, cannot manage it, failed)
+// unless this reconcile already announced the change, and each step that waits on a pod (to be
+// updated and Ready, every pod available, the initial delay, the checks, a check that could not be
+// evaluated).
 func (r *Reconciler) waitingEvents(s *scope) {
 	pr, orig := s.pr, s.orig
+	if s.invalid != nil {
+		// One Event per problem: another invalid query is another message under the same reason (the
+		// parser's messages hold no counters).
+		opsutil.EventOnTransition(r.Recorder, pr, nil, orig.Status.Conditions, pr.Status.Conditions, opsutil.Transition{
+			Type: ConditionStalled, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Wait", CompareMessage: true,
+		})
+		return
+	}
 	if r.stepEvent(pr, orig) || len(s.events) > 0 {
 		return
 	}

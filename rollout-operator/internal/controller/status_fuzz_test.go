@@ -14,9 +14,9 @@ import (
 var conditionReason = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
 
 // FuzzSetConditions checks the conditions derived from any phase (the enum and "" of a new object),
-// message and last error: four well-formed conditions (a valid reason, status True or False, the
+// message and last error: six well-formed conditions (a valid reason, status True or False, the
 // object's generation), Ready and Degraded never both True, Progressing only while rolling or verifying,
-// and deriving them twice changes nothing.
+// kstatus' Stalled with Degraded and Reconciling with Progressing, and deriving them twice changes nothing.
 func FuzzSetConditions(f *testing.F) {
 	f.Add(uint8(0), "rolling StatefulSet web to revision web-2: partition 1", "", int64(3))
 	f.Add(uint8(4), "step at partition 1 used up maxTries=3", "Prometheus at http://p unreachable", int64(1))
@@ -51,7 +51,7 @@ func FuzzSetConditions(f *testing.F) {
 			}
 			status[c.Type] = c.Status
 		}
-		if len(status) != 4 {
+		if len(status) != 6 {
 			t.Fatalf("conditions %v", status)
 		}
 		if status[rolloutv1alpha1.ConditionReady] == metav1.ConditionTrue && status[rolloutv1alpha1.ConditionDegraded] == metav1.ConditionTrue {
@@ -60,6 +60,13 @@ func FuzzSetConditions(f *testing.F) {
 		rolling := pr.Status.Phase == rolloutv1alpha1.PhaseRolling || pr.Status.Phase == rolloutv1alpha1.PhaseVerifying
 		if (status[rolloutv1alpha1.ConditionProgressing] == metav1.ConditionTrue) != rolling {
 			t.Fatalf("Progressing %s in phase %q", status[rolloutv1alpha1.ConditionProgressing], pr.Status.Phase)
+		}
+		// kstatus: Stalled exactly when Degraded, Reconciling exactly when Progressing, never both.
+		if status[ConditionStalled] != status[rolloutv1alpha1.ConditionDegraded] || status[ConditionReconciling] != status[rolloutv1alpha1.ConditionProgressing] {
+			t.Fatalf("Stalled %s / Degraded %s, Reconciling %s / Progressing %s", status[ConditionStalled], status[rolloutv1alpha1.ConditionDegraded], status[ConditionReconciling], status[rolloutv1alpha1.ConditionProgressing])
+		}
+		if status[ConditionStalled] == metav1.ConditionTrue && status[ConditionReconciling] == metav1.ConditionTrue {
+			t.Fatal("Stalled and Reconciling both True")
 		}
 	})
 }
