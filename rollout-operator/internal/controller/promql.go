@@ -39,10 +39,11 @@ type specProblem struct {
 }
 
 // checkSpec returns the first problem of pr's check query, or nil. The placeholders are filled with
-// sample values first ({{pod}} is not PromQL), the same way a step fills them.
+// sample values first ({{pod}} is not PromQL), the same way a step fills them. A PhasedRollout with
+// skipCheck runs no check, so its query cannot stall it: it is checked once skipCheck is turned off.
 func checkSpec(pr *rolloutv1alpha1.PhasedRollout) *specProblem {
 	q := pr.Spec.Check.Query
-	if q == nil {
+	if q == nil || skipCheck(pr) {
 		return nil
 	}
 	expr := expandQuery(q.Expr, pr.Namespace, pr.Spec.TargetRef, pr.Spec.TargetRef+"-0", 0, "revision")

@@ -104,18 +104,21 @@ func TestInvalidQueryStallsAtOnce(t *testing.T) {
 		assert.Len(c, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidQuery), 2)
 	}, wait, tick, "a second InvalidQuery Event")
 
-	// Another problem: a URL without a host.
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	// A URL without a host is refused by the API server itself (the CRD's CEL rule names the field); the
+	// operator's own InvalidURL check is the fallback for objects stored before the rule
+	// (TestCheckSpecReportsAURLWithoutHost).
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pr := f.rollout()
 		pr.Spec.Check.Query.Expr = `errors{pod="{{pod}}", ordinal="{{ordinal}}"} > 0`
 		pr.Spec.Check.Query.URL = "http://"
 		return suite.Client.Update(context.Background(), pr)
-	}))
-	c = f.waitCondition(ConditionStalled, "True", ReasonInvalidURL)
-	assert.Contains(t, c.Message, "has no host")
+	})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.check.query.url")
 
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pr := f.rollout()
+		pr.Spec.Check.Query.Expr = `errors{pod="{{pod}}", ordinal="{{ordinal}}"} > 0`
 		pr.Spec.Check.Query.URL = "prom:9090"
 		return suite.Client.Update(context.Background(), pr)
 	}))
@@ -124,7 +127,6 @@ func TestInvalidQueryStallsAtOnce(t *testing.T) {
 	assert.True(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReady))
 	assert.Equal(t, "pr", f.sts().Annotations[rolloutv1alpha1.ManagedByAnnotation])
 	assert.Len(t, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidQuery), 2, "one Event per transition")
-	assert.Len(t, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidURL), 1, "one Event per transition")
 }
 
 // A query made invalid during a rollout stops it where it is: no check runs and the partition does not
