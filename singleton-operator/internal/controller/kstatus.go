@@ -70,8 +70,13 @@ func reportSpecConcerns(s *scope) {
 // summarize derives the kstatus conditions from the status this reconcile decided, so they cannot
 // contradict it: Stalled from a Ready reason that needs the user, Reconciling while a handover is in
 // progress (phase Transitioning, or Failed past maxTransitionTime with the new pod still held). A
-// condition that does not apply is removed (kstatus reads an absent one as False).
+// condition that does not apply is removed (kstatus reads an absent one as False). Every condition left
+// was decided or confirmed by this reconcile, which observed ss.Generation, so each carries it: after a
+// spec change no condition claims an older generation.
 func summarize(status *singletonv1.StatefulSingletonStatus, ss *singletonv1.StatefulSingleton) {
+	for i := range status.Conditions {
+		status.Conditions[i].ObservedGeneration = ss.Generation
+	}
 	ready := meta.FindStatusCondition(status.Conditions, singletonv1.ConditionReady)
 	stalled := ready != nil && ready.Status == metav1.ConditionFalse && stalledReasons[ready.Reason]
 	if stalled {

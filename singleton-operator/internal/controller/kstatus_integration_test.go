@@ -154,3 +154,27 @@ func TestKstatusCompute(t *testing.T) {
 	assert.Equal(t, singletonv1.ReasonSeveralPodsWithoutHold, findCondition(got, ConditionStalled).Reason)
 	f.waitKstatus("web", status.FailedStatus)
 }
+
+// A spec change is observed: status.observedGeneration and every condition's observedGeneration follow
+// metadata.generation, so kstatus never reads a stale status as Current.
+func TestObservedGenerationFollowsSpecChanges(t *testing.T) {
+	f := newFixture(t)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	f.createPod("a", held(singletonv1.HoldModeWrapper))
+	f.waitReleased("a")
+	f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)
+
+	ss := f.singleton("db")
+	ss.Spec.MaxTransitionTime = 600
+	require.NoError(t, suite.Client.Update(t.Context(), ss))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := f.singleton("db")
+		assert.Greater(c, got.Generation, int64(1))
+		assert.Equal(c, got.Generation, got.Status.ObservedGeneration)
+		for _, cond := range got.Status.Conditions {
+			assert.Equal(c, got.Generation, cond.ObservedGeneration, "condition %s", cond.Type)
+		}
+	}, wait, tick)
+	f.waitKstatus("db", status.CurrentStatus)
+}

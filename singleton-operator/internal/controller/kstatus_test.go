@@ -100,3 +100,14 @@ func TestSummarize(t *testing.T) {
 		assert.Equal(t, c.reconciling, meta.IsStatusConditionTrue(s.status.Conditions, ConditionReconciling), "%s/%s reconciling", c.phase, c.reason)
 	}
 }
+
+// Every condition the status keeps carries the generation this reconcile observed.
+func TestSummarizeStampsObservedGeneration(t *testing.T) {
+	s := testScope(singletonv1.StatefulSingletonSpec{})
+	s.status.Conditions = []metav1.Condition{{Type: singletonv1.ConditionUngatedPod, Status: metav1.ConditionTrue, Reason: singletonv1.ReasonPodWithoutHold, ObservedGeneration: 1}}
+	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionTrue, singletonv1.ReasonActive, "pod a is active")
+	summarize(s.status, s.ss)
+	for _, c := range s.status.Conditions {
+		assert.Equal(t, int64(3), c.ObservedGeneration, "condition %s", c.Type)
+	}
+}
