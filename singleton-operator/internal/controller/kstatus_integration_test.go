@@ -122,13 +122,17 @@ func TestGracePeriodExceedsTransitionTimeWarnsAndWorks(t *testing.T) {
 	assert.Equal(t, 1, testsupport.Occurrences(evs), "one Warning Event, not one per reconcile")
 }
 
-// kstatus (sigs.k8s.io/cli-utils) is the oracle: a healthy singleton reads Current, one handing over
-// InProgress (Reconciling=True, also past maxTransitionTime), a broken one Failed (Stalled=True).
+// kstatus (sigs.k8s.io/cli-utils) is the oracle: a healthy singleton reads Current, one without a pod
+// yet or handing over InProgress (Reconciling=True, also past maxTransitionTime), a broken one Failed
+// (Stalled=True).
 func TestKstatusCompute(t *testing.T) {
 	f := newFixture(t)
 	startOperator(t, nil)
 
 	f.createSingleton("db")
+	// No pod yet (the workload has not created it): Ready=False NoPods, which kstatus reads InProgress.
+	f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionFalse)
+	assert.Equal(t, status.InProgressStatus, f.computeStatus("db").Status)
 	f.createPod("a", held(singletonv1.HoldModeWrapper))
 	f.waitReleased("a")
 	f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)
@@ -177,4 +181,20 @@ func TestObservedGenerationFollowsSpecChanges(t *testing.T) {
 		}
 	}, wait, tick)
 	f.waitKstatus("db", status.CurrentStatus)
+}
+
+// A StatefulSingleton whose selector overlaps an older one's waits for the user to delete one of them:
+// Stalled=True (SelectorOverlap), Failed to kstatus; the older one, which runs the pod, reads Current.
+func TestSelectorOverlapReadsFailed(t *testing.T) {
+	f := newFixture(t)
+	startOperator(t, nil)
+	f.createSingleton("first")
+	f.createPod("a", held(singletonv1.HoldModeWrapper))
+	f.waitReleased("a")
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have a one-second resolution
+	f.createSingleton("second")
+	got := f.waitCondition("second", ConditionStalled, metav1.ConditionTrue)
+	assert.Equal(t, "SelectorOverlap", findCondition(got, ConditionStalled).Reason)
+	f.waitKstatus("second", status.FailedStatus)
+	f.waitKstatus("first", status.CurrentStatus)
 }
