@@ -39,6 +39,32 @@ func (f *fixture) computeStatus(name string) *status.Result {
 	return res
 }
 
+// runPod creates a held pod of the StatefulSingleton ss (the fixture's labels) and waits until it is
+// released and ss is Ready.
+func (f *fixture) runPod(ss, pod string) {
+	f.t.Helper()
+	f.createPod(pod, held(singletonv1.HoldModeWrapper))
+	f.waitReleased(pod)
+	f.waitCondition(ss, singletonv1.ConditionReady, metav1.ConditionTrue)
+}
+
+// newRunningSingleton starts the operator on a new fixture with the StatefulSingleton name running pod "a".
+func newRunningSingleton(t *testing.T, name string) *fixture {
+	f := newFixture(t)
+	startOperator(t, nil)
+	f.createSingleton(name)
+	f.runPod(name, "a")
+	return f
+}
+
+// waitStalled waits until ss is Stalled=True with reason, which kstatus reads Failed.
+func (f *fixture) waitStalled(ss, reason string) {
+	f.t.Helper()
+	got := f.waitCondition(ss, ConditionStalled, metav1.ConditionTrue)
+	assert.Equal(f.t, reason, findCondition(got, ConditionStalled).Reason)
+	f.waitKstatus(ss, status.FailedStatus)
+}
+
 // waitKstatus waits until kstatus reads want for the StatefulSingleton.
 func (f *fixture) waitKstatus(name string, want status.Status) {
 	f.t.Helper()
@@ -133,9 +159,7 @@ func TestKstatusCompute(t *testing.T) {
 	// No pod yet (the workload has not created it): Ready=False NoPods, which kstatus reads InProgress.
 	f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionFalse)
 	assert.Equal(t, status.InProgressStatus, f.computeStatus("db").Status)
-	f.createPod("a", held(singletonv1.HoldModeWrapper))
-	f.waitReleased("a")
-	f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)
+	f.runPod("db", "a")
 	f.waitKstatus("db", status.CurrentStatus)
 	assert.Nil(t, findCondition(f.singleton("db"), ConditionReconciling))
 
@@ -154,21 +178,13 @@ func TestKstatusCompute(t *testing.T) {
 	for _, name := range []string{"web-0", "web-1"} {
 		f.createPod(name, func(p *corev1.Pod) { p.Labels = map[string]string{"app": "web"} })
 	}
-	got = f.waitCondition("web", ConditionStalled, metav1.ConditionTrue)
-	assert.Equal(t, singletonv1.ReasonSeveralPodsWithoutHold, findCondition(got, ConditionStalled).Reason)
-	f.waitKstatus("web", status.FailedStatus)
+	f.waitStalled("web", singletonv1.ReasonSeveralPodsWithoutHold)
 }
 
 // A spec change is observed: status.observedGeneration and every condition's observedGeneration follow
 // metadata.generation, so kstatus never reads a stale status as Current.
 func TestObservedGenerationFollowsSpecChanges(t *testing.T) {
-	f := newFixture(t)
-	startOperator(t, nil)
-	f.createSingleton("db")
-	f.createPod("a", held(singletonv1.HoldModeWrapper))
-	f.waitReleased("a")
-	f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)
-
+	f := newRunningSingleton(t, "db")
 	ss := f.singleton("db")
 	ss.Spec.MaxTransitionTime = 600
 	require.NoError(t, suite.Client.Update(t.Context(), ss))
@@ -186,15 +202,9 @@ func TestObservedGenerationFollowsSpecChanges(t *testing.T) {
 // A StatefulSingleton whose selector overlaps an older one's waits for the user to delete one of them:
 // Stalled=True (SelectorOverlap), Failed to kstatus; the older one, which runs the pod, reads Current.
 func TestSelectorOverlapReadsFailed(t *testing.T) {
-	f := newFixture(t)
-	startOperator(t, nil)
-	f.createSingleton("first")
-	f.createPod("a", held(singletonv1.HoldModeWrapper))
-	f.waitReleased("a")
+	f := newRunningSingleton(t, "first")
 	time.Sleep(1100 * time.Millisecond) // creation timestamps have a one-second resolution
 	f.createSingleton("second")
-	got := f.waitCondition("second", ConditionStalled, metav1.ConditionTrue)
-	assert.Equal(t, "SelectorOverlap", findCondition(got, ConditionStalled).Reason)
-	f.waitKstatus("second", status.FailedStatus)
+	f.waitStalled("second", "SelectorOverlap")
 	f.waitKstatus("first", status.CurrentStatus)
 }
