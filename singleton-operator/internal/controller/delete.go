@@ -17,7 +17,7 @@ import (
 // go through the phases of reconcilePods (a transition in progress finishes first; nothing is adopted),
 // and the status says what deletion waits for. Once finish removed the finalizer, no status is written.
 func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.Result, error) {
-	if s.winner != "" {
+	if s.winner != "" || s.invalidSelector != nil { // it never managed any pod
 		s.skipStatus = true
 		return reconcile.Result{}, r.finish(ctx, s.ss)
 	}

@@ -36,4 +36,12 @@
 //     finishes first, and the status says what deletion waits for.
 //   - Overlapping selectors: the older StatefulSingleton (then the smaller name) manages the pods; the
 //     other reports SelectorConflict and does nothing.
+//   - A selector that does not parse (an object created before the CRD refused such selectors) is
+//     reported (Stalled and Ready=False, reason InvalidSelector, the parser's message, Warning Event); no
+//     pod is observed or touched, and deleting the StatefulSingleton completes at once.
+//   - terminationGracePeriod > maxTransitionTime (the original project's manifests) is accepted and acted
+//     on as written: maxTransitionTime only reports, so the new pod still waits for the old one; the
+//     concern is reported (SpecWarning, reason GracePeriodExceedsTransitionTime, Warning Event).
+//   - kstatus: Stalled=True while only the user can unblock it (InvalidSelector, SelectorOverlap,
+//     SeveralPodsWithoutHold), Reconciling=True while a handover is in progress (kstatus.go).
 package controller

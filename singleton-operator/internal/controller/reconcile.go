@@ -22,6 +22,9 @@ type scope struct {
 	ss       *singletonv1.StatefulSingleton
 	status   *singletonv1.StatefulSingletonStatus // the status Reconcile writes (writeStatus) unless skipStatus
 	deleting bool
+	// invalidSelector is the parser's error for a selector that does not parse (an object created before
+	// the CRD refused such selectors): nothing is observed or acted on, and deletion completes at once.
+	invalidSelector error
 	// winner is the older StatefulSingleton whose selector overlaps this one's and which manages the
 	// pods, or "" when this one does; with a winner, pods is nil (nothing was observed).
 	winner string
@@ -59,6 +62,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 	}
 	defer func() {
 		if reterr == nil && !s.skipStatus {
+			summarize(s.status, s.ss)
 			reterr = r.writeStatus(ctx, s.ss, s.status)
 		}
 	}()
@@ -82,6 +86,11 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, ss *singletonv1.Statef
 func (r *Reconciler) newScope(ctx context.Context, ss *singletonv1.StatefulSingleton, began time.Time) (*scope, error) {
 	s := &scope{ss: ss, status: ss.Status.DeepCopy(), deleting: !ss.DeletionTimestamp.IsZero(), timing: handoverTiming{began: began}}
 	s.status.ObservedGeneration = ss.Generation
+	reportSpecConcerns(s)
+	if _, err := metav1.LabelSelectorAsSelector(&ss.Spec.Selector); err != nil {
+		s.invalidSelector = err
+		return s, nil
+	}
 	var err error
 	if s.winner, err = r.selectorWinner(ctx, ss); err != nil {
 		return nil, err
@@ -101,6 +110,10 @@ func (r *Reconciler) newScope(ctx context.Context, ss *singletonv1.StatefulSingl
 // reconcileNormal reconciles a StatefulSingleton that is not being deleted: it reports an overlapping
 // selector, or adopts the only pod, running without a start hold, or runs the pods' phases.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.Result, error) {
+	if s.invalidSelector != nil {
+		reportInvalidSelector(s)
+		return reconcile.Result{}, nil
+	}
 	if s.winner != "" {
 		reportSelectorConflict(s)
 		return reconcile.Result{}, nil

@@ -70,12 +70,15 @@ func (r *Reconciler) writeStatus(ctx context.Context, ss *singletonv1.StatefulSi
 // change, not once per reconcile. Reasons whose Events are recorded where they arise
 // (TransitionTimeout, NodeNotReady) are left out.
 func (r *Reconciler) reportWaiting(ss *singletonv1.StatefulSingleton, before, after *singletonv1.StatefulSingletonStatus) {
+	opsutil.EventOnTransition(r.Recorder, ss, nil, before.Conditions, after.Conditions, opsutil.Transition{
+		Type: ConditionSpecWarning, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Validate",
+	})
 	eventType := corev1.EventTypeNormal
 	if now := meta.FindStatusCondition(after.Conditions, singletonv1.ConditionReady); now != nil {
 		switch now.Reason {
 		case singletonv1.ReasonTransitionTimeout, singletonv1.ReasonNodeNotReady:
 			return
-		case "SelectorOverlap", singletonv1.ReasonSeveralPodsWithoutHold:
+		case "SelectorOverlap", singletonv1.ReasonSeveralPodsWithoutHold, ReasonInvalidSelector:
 			eventType = corev1.EventTypeWarning
 		}
 	}
