@@ -84,7 +84,10 @@ func TestInvalidSelectorStalledAndDeletable(t *testing.T) {
 			f.createPod("held", held(singletonv1.HoldModeWrapper))
 			ss := &singletonv1.StatefulSingleton{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: f.ns}, Spec: singletonv1.StatefulSingletonSpec{Selector: sel}}
 			if err := suite.Client.Create(t.Context(), ss); apierrors.IsInvalid(err) {
-				t.Skipf("the CRD refuses the selector at apply: %v", err)
+				// The CRD's rules refuse it at apply, naming the field (shared/api's bad-input tables); the
+				// operator's side, for an object stored before those rules, is TestInvalidSelectorPhase.
+				assert.Contains(t, err.Error(), "spec.selector")
+				return
 			} else {
 				require.NoError(t, err)
 			}
@@ -130,11 +133,7 @@ func TestGracePeriodExceedsTransitionTimeWarnsAndWorks(t *testing.T) {
 		Spec: singletonv1.StatefulSingletonSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
 			TerminationGracePeriod: 30, MaxTransitionTime: 1},
 	}
-	if err := suite.Client.Create(t.Context(), ss); apierrors.IsInvalid(err) {
-		t.Skipf("needs the API change (the CRD still refuses terminationGracePeriod > maxTransitionTime): %v", err)
-	} else {
-		require.NoError(t, err)
-	}
+	require.NoError(t, suite.Client.Create(t.Context(), ss), "the original project's manifest is accepted")
 	got := f.waitCondition("db", ConditionSpecWarning, metav1.ConditionTrue)
 	assert.Equal(t, ReasonGracePeriodExceedsTransitionTime, findCondition(got, ConditionSpecWarning).Reason)
 	f.createPod("old", releasedAt(1))
