@@ -42,27 +42,23 @@ func keyOK(k string) string {
 // Rules returns the rules of a bounded selector, to be set on the selector's own schema; path is the
 // selector's path as the user sees it (e.g. "spec.selector").
 func Rules(path string) []apiextensionsv1.ValidationRule {
+	const (
+		key   = "an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+		value = "empty, or at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+	)
+	// rule checks field (matchLabels or matchExpressions) when the selector has it.
+	rule := func(field, check, message string) apiextensionsv1.ValidationRule {
+		return apiextensionsv1.ValidationRule{
+			Rule:      "!has(self." + field + ") || " + check,
+			Message:   path + "." + field + message,
+			FieldPath: "." + field,
+		}
+	}
 	return []apiextensionsv1.ValidationRule{
-		{
-			Rule:      "!has(self.matchLabels) || self.matchLabels.all(k, " + keyOK("k") + ")",
-			Message:   path + ".matchLabels keys must be label keys: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit",
-			FieldPath: ".matchLabels",
-		},
-		{
-			Rule:      "!has(self.matchLabels) || self.matchLabels.all(k, self.matchLabels[k].matches('" + ValueRegex + "'))",
-			Message:   path + ".matchLabels values must be label values: empty, or at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit",
-			FieldPath: ".matchLabels",
-		},
-		{
-			Rule:      "!has(self.matchExpressions) || self.matchExpressions.all(e, " + keyOK("e.key") + ")",
-			Message:   path + ".matchExpressions[].key must be a label key: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit",
-			FieldPath: ".matchExpressions",
-		},
-		{
-			Rule:      "!has(self.matchExpressions) || self.matchExpressions.all(e, !has(e.values) || e.values.all(v, v.matches('" + ValueRegex + "')))",
-			Message:   path + ".matchExpressions[].values must be label values: empty, or at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit",
-			FieldPath: ".matchExpressions",
-		},
+		rule("matchLabels", "self.matchLabels.all(k, "+keyOK("k")+")", " keys must be label keys: "+key),
+		rule("matchLabels", "self.matchLabels.all(k, self.matchLabels[k].matches('"+ValueRegex+"'))", " values must be label values: "+value),
+		rule("matchExpressions", "self.matchExpressions.all(e, "+keyOK("e.key")+")", "[].key must be a label key: "+key),
+		rule("matchExpressions", "self.matchExpressions.all(e, !has(e.values) || e.values.all(v, v.matches('"+ValueRegex+"')))", "[].values must be label values: "+value),
 	}
 }
 

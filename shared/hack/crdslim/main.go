@@ -15,7 +15,8 @@ import (
 	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/statefulops/statefulops/shared/hack/crdfile"
 )
 
 // fieldList collects repeated -field flags.
@@ -40,32 +41,22 @@ func main() {
 
 // slim rewrites the CRD file with the nested descriptions of every field dropped.
 func slim(file string, fields []string) error {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return err
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(raw, crd); err != nil {
-		return fmt.Errorf("%s: %w", file, err)
-	}
-	for i := range crd.Spec.Versions {
-		v := &crd.Spec.Versions[i]
-		if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
-			return fmt.Errorf("%s: version %s has no schema", file, v.Name)
-		}
-		for _, field := range fields {
-			node, err := lookup(v.Schema.OpenAPIV3Schema, field)
-			if err != nil {
-				return fmt.Errorf("%s: version %s: %w", file, v.Name, err)
+	return crdfile.Edit(file, func(crd *apiextensionsv1.CustomResourceDefinition) error {
+		for i := range crd.Spec.Versions {
+			v := &crd.Spec.Versions[i]
+			if v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+				return fmt.Errorf("version %s has no schema", v.Name)
 			}
-			dropNestedDescriptions(node)
+			for _, field := range fields {
+				node, err := lookup(v.Schema.OpenAPIV3Schema, field)
+				if err != nil {
+					return fmt.Errorf("version %s: %w", v.Name, err)
+				}
+				dropNestedDescriptions(node)
+			}
 		}
-	}
-	out, err := yaml.Marshal(crd)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(file, append([]byte("---\n"), out...), 0o644)
+		return nil
+	})
 }
 
 // lookup walks a dotted path through object properties (and array items) of schema. Properties are held

@@ -10,10 +10,8 @@ import (
 	"fmt"
 	"os"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
-
 	"github.com/statefulops/statefulops/shared/api/selectorschema"
+	"github.com/statefulops/statefulops/shared/hack/crdfile"
 )
 
 func main() {
@@ -29,28 +27,6 @@ func main() {
 	}
 }
 
-func rewrite(file string) error {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return err
-	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict(raw, crd); err != nil {
-		return fmt.Errorf("%s: %w", file, err)
-	}
-	before, err := yaml.Marshal(crd)
-	if err != nil {
-		return err
-	}
-	if err := selectorschema.Apply(crd); err != nil {
-		return fmt.Errorf("%s: %w", file, err)
-	}
-	out, err := yaml.Marshal(crd)
-	if err != nil {
-		return err
-	}
-	if string(out) == string(before) {
-		return nil // nothing to bound: the file stays as controller-gen wrote it
-	}
-	return os.WriteFile(file, append([]byte("---\n"), out...), 0o644)
-}
+// rewrite bounds the selectors of the CRD in file; a CRD without a selector the package knows stays as
+// controller-gen wrote it.
+func rewrite(file string) error { return crdfile.Edit(file, selectorschema.Apply) }
