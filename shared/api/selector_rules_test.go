@@ -59,7 +59,7 @@ func TestSelectorRulesAcceptStatefulSingleton(t *testing.T) {
 		return "apiVersion: apps.openshift.statefulsingleton.com/v1\nkind: StatefulSingleton\nmetadata: {name: ss-bounded}\nspec:\n  selector: " + selector + "\n"
 	}
 	runAcceptedCases(t, []acceptedCase{
-		{"seed 000", seed000Singleton},
+		{"original StatefulSingleton example", seed000Singleton},
 		{"prefixed key, empty value", doc("{matchLabels: {app.kubernetes.io/name: db, empty: ''}}")},
 		{"expressions", doc("{matchExpressions: [{key: app.kubernetes.io/name, operator: In, values: [db, db-2]}, {key: legacy, operator: DoesNotExist}]}")},
 	})
@@ -71,7 +71,7 @@ func TestSelectorRulesAcceptStatefulCluster(t *testing.T) {
 		return withSelector(statefulCluster(name, ""), name, "    matchLabels: {app: "+name+"}\n    matchExpressions: ["+expr+"]\n")
 	}
 	runAcceptedCases(t, []acceptedCase{
-		{"seed 001", statefulClusterSeed},
+		{"original StatefulCluster example", statefulClusterSeed},
 		{"In on a template label", withExpr("sc-in", "{key: tier, operator: In, values: [db, web]}")},
 		{"NotIn on a template label", withExpr("sc-notin", "{key: tier, operator: NotIn, values: [web]}")},
 		{"Exists on a matchLabels key", withExpr("sc-exists", "{key: app, operator: Exists}")},
@@ -86,7 +86,7 @@ func TestSelectorRulesAcceptExtendedStatefulSet(t *testing.T) {
 		return withSelector(extendedStatefulSet(name, "", ""), name, sel)
 	}
 	runAcceptedCases(t, []acceptedCase{
-		{"seed 004", extendedStatefulSetSeed},
+		{"original ExtendedStatefulSet example", extendedStatefulSetSeed},
 		{"minimal", extendedStatefulSet("ests-min", "", "")},
 		{"expressions on template labels", withSel("ests-expr", "        matchExpressions: [{key: app, operator: In, values: [ests-expr]}, {key: tier, operator: DoesNotExist}]\n")},
 	})
