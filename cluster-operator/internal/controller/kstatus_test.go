@@ -88,6 +88,15 @@ func condOf(s *scope, t string) *metav1.Condition {
 	return meta.FindStatusCondition(s.sc.Status.Conditions, t)
 }
 
+// wantReason asserts that the condition is present with the reason and returns it.
+func wantReason(t *testing.T, s *scope, condType, reason string) *metav1.Condition {
+	t.Helper()
+	c := condOf(s, condType)
+	require.NotNil(t, c, condType)
+	assert.Equal(t, reason, c.Reason, condType)
+	return c
+}
+
 // assertConsistent checks what every status written must satisfy: observedGeneration on the status and
 // every condition, Stalled and Reconciling never both present, Ready True only when not Stalled and the
 // counts say so, Ready False only with Stalled or Reconciling (kstatus never reads it Current), the counts as Ready's message states them, and status.selector selecting every pod
@@ -144,9 +153,7 @@ func TestApplyStatusKstatus(t *testing.T) {
 		s := statusScope(map[string]bool{"db-0": true, "db-1": false})
 		s.applyStatus(nil)
 		assertConsistent(t, s)
-		rec := condOf(s, clusterv1alpha1.ConditionReconciling)
-		require.NotNil(t, rec)
-		assert.Equal(t, clusterv1alpha1.ReasonPodsNotReady, rec.Reason)
+		rec := wantReason(t, s, clusterv1alpha1.ConditionReconciling, clusterv1alpha1.ReasonPodsNotReady)
 		assert.Contains(t, rec.Message, "2 live, 1 ready")
 	})
 	t.Run("scaling up", func(t *testing.T) {
@@ -154,30 +161,28 @@ func TestApplyStatusKstatus(t *testing.T) {
 		s.progress = clusterv1alpha1.ReasonScalingUp
 		s.applyStatus(nil)
 		assertConsistent(t, s)
-		assert.Equal(t, clusterv1alpha1.ReasonScalingUp, condOf(s, clusterv1alpha1.ConditionReconciling).Reason)
+		wantReason(t, s, clusterv1alpha1.ConditionReconciling, clusterv1alpha1.ReasonScalingUp)
 	})
 	t.Run("not yet available", func(t *testing.T) {
 		s := statusScope(map[string]bool{"db-0": true, "db-1": true})
 		s.pods[1].available = false
 		s.applyStatus(nil)
 		assertConsistent(t, s)
-		assert.Equal(t, clusterv1alpha1.ReasonMinimumReplicasUnavailable, condOf(s, clusterv1alpha1.ConditionReconciling).Reason)
+		wantReason(t, s, clusterv1alpha1.ConditionReconciling, clusterv1alpha1.ReasonMinimumReplicasUnavailable)
 	})
 	t.Run("a failed write retried", func(t *testing.T) {
 		s := statusScope(map[string]bool{"db-0": true, "db-1": true})
 		s.fail("labelling claim db-data-0 retired: boom")
 		s.applyStatus(nil)
 		assertConsistent(t, s)
-		assert.Equal(t, clusterv1alpha1.ReasonReconcileError, condOf(s, clusterv1alpha1.ConditionReplicaFailure).Reason)
-		assert.Equal(t, clusterv1alpha1.ReasonReconcileError, condOf(s, clusterv1alpha1.ConditionReconciling).Reason)
+		wantReason(t, s, clusterv1alpha1.ConditionReplicaFailure, clusterv1alpha1.ReasonReconcileError)
+		wantReason(t, s, clusterv1alpha1.ConditionReconciling, clusterv1alpha1.ReasonReconcileError)
 	})
 	t.Run("revisions unreadable", func(t *testing.T) {
 		s := statusScope(nil)
 		s.revs = nil
 		s.applyStatus(errors.New("listing ControllerRevisions: boom"))
-		rec := condOf(s, clusterv1alpha1.ConditionReconciling)
-		require.NotNil(t, rec)
-		assert.Equal(t, clusterv1alpha1.ReasonReconcileError, rec.Reason)
+		rec := wantReason(t, s, clusterv1alpha1.ConditionReconciling, clusterv1alpha1.ReasonReconcileError)
 		assert.Contains(t, rec.Message, "boom")
 	})
 	t.Run("template refused", func(t *testing.T) {
@@ -186,13 +191,11 @@ func TestApplyStatusKstatus(t *testing.T) {
 		s.refused = `Pod "db-1" is invalid: spec.containers[0].name: Invalid value: "Main_1"`
 		s.applyStatus(nil)
 		assertConsistent(t, s)
-		stalled := condOf(s, clusterv1alpha1.ConditionStalled)
-		require.NotNil(t, stalled)
-		assert.Equal(t, clusterv1alpha1.ReasonInvalidTemplate, stalled.Reason)
+		stalled := wantReason(t, s, clusterv1alpha1.ConditionStalled, clusterv1alpha1.ReasonInvalidTemplate)
 		assert.Contains(t, stalled.Message, "Main_1")
 		assert.Equal(t, metav1.ConditionFalse, condOf(s, clusterv1alpha1.ConditionProgressing).Status, "nothing progresses")
-		assert.Equal(t, clusterv1alpha1.ReasonInvalidTemplate, condOf(s, clusterv1alpha1.ConditionReady).Reason)
-		assert.Equal(t, clusterv1alpha1.ReasonCreateFailed, condOf(s, clusterv1alpha1.ConditionReplicaFailure).Reason)
+		wantReason(t, s, clusterv1alpha1.ConditionReady, clusterv1alpha1.ReasonInvalidTemplate)
+		wantReason(t, s, clusterv1alpha1.ConditionReplicaFailure, clusterv1alpha1.ReasonCreateFailed)
 	})
 	t.Run("hook port not found", func(t *testing.T) {
 		s := statusScope(map[string]bool{"db-0": true})
@@ -202,8 +205,8 @@ func TestApplyStatusKstatus(t *testing.T) {
 		s.progress = clusterv1alpha1.ReasonReplacing
 		s.applyStatus(nil)
 		assertConsistent(t, s)
-		assert.Equal(t, clusterv1alpha1.ReasonHookPortNotFound, condOf(s, clusterv1alpha1.ConditionStalled).Reason)
-		assert.Equal(t, clusterv1alpha1.ReasonHookPortNotFound, condOf(s, clusterv1alpha1.ConditionMembershipHookFailed).Reason)
+		wantReason(t, s, clusterv1alpha1.ConditionStalled, clusterv1alpha1.ReasonHookPortNotFound)
+		wantReason(t, s, clusterv1alpha1.ConditionMembershipHookFailed, clusterv1alpha1.ReasonHookPortNotFound)
 	})
 	t.Run("invalid selector", func(t *testing.T) {
 		s := statusScope(map[string]bool{"db-0": true, "db-1": true})
@@ -213,7 +216,7 @@ func TestApplyStatusKstatus(t *testing.T) {
 		s.applyStatus(nil)
 		assertConsistent(t, s)
 		assert.Empty(t, s.sc.Status.Selector, "a selector that does not parse selects nothing")
-		assert.Equal(t, clusterv1alpha1.ReasonInvalidSelector, condOf(s, clusterv1alpha1.ConditionStalled).Reason)
+		wantReason(t, s, clusterv1alpha1.ConditionStalled, clusterv1alpha1.ReasonInvalidSelector)
 		assert.Equal(t, metav1.ConditionFalse, condOf(s, clusterv1alpha1.ConditionReady).Status)
 	})
 	t.Run("selector mismatch", func(t *testing.T) {
@@ -234,7 +237,7 @@ func TestApplyStatusKstatus(t *testing.T) {
 		s.progress = clusterv1alpha1.ReasonScalingUp
 		s.applyStatus(nil)
 		assertConsistent(t, s)
-		assert.Equal(t, clusterv1alpha1.ReasonUnschedulable, condOf(s, clusterv1alpha1.ConditionStalled).Reason)
+		wantReason(t, s, clusterv1alpha1.ConditionStalled, clusterv1alpha1.ReasonUnschedulable)
 		assert.Nil(t, condOf(s, clusterv1alpha1.ConditionReconciling), "Stalled wins: kstatus reads Failed")
 	})
 }
@@ -249,6 +252,9 @@ func TestFailureReason(t *testing.T) {
 		"updating pod db-1: boom":                       clusterv1alpha1.ReasonDeleteFailed,
 		"deleting claim db-data-1: boom":                clusterv1alpha1.ReasonDeleteFailed,
 		"adopting pod x: boom":                          clusterv1alpha1.ReasonReconcileError,
+		"creating ControllerRevision db-7f: boom":       clusterv1alpha1.ReasonReconcileError,
+		"deleting ControllerRevision db-7f: boom":       clusterv1alpha1.ReasonReconcileError,
+		"creating pods of spec.template: invalid":       clusterv1alpha1.ReasonCreateFailed,
 		"listing pods: boom":                            clusterv1alpha1.ReasonReconcileError,
 		"deleting claim a: x|creating pod db-4: boom":   clusterv1alpha1.ReasonCreateFailed,
 		"setting the owner of claim a: x|listing: boom": clusterv1alpha1.ReasonReconcileError,

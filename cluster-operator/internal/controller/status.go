@@ -154,7 +154,7 @@ func (s *scope) applyReplicaFailure(err error) {
 	}
 	msgs := append([]string{}, s.failures...)
 	if s.refused != "" {
-		msgs = append(msgs, "creating a pod of spec.template: "+s.refused)
+		msgs = append(msgs, "creating pods of spec.template: "+s.refused)
 	}
 	if err != nil {
 		msgs = append(msgs, err.Error())
@@ -234,15 +234,16 @@ func (s *scope) countOld() int {
 }
 
 // failureReason is the reason of ReplicaFailure: CreateFailed or DeleteFailed when a pod or claim could
-// not be created or deleted, ReconcileError for any other failed read or write.
+// not be created or deleted (the messages s.fail records), ReconcileError for any other failed read or
+// write (a ControllerRevision, a claim's label or owner, an adoption, a list).
 func failureReason(msgs []string) string {
 	reason := clusterv1alpha1.ReasonReconcileError
 	for _, m := range msgs {
 		switch {
-		case strings.HasPrefix(m, "creating"):
+		case strings.HasPrefix(m, "creating pod") || strings.HasPrefix(m, "creating claim"):
 			return clusterv1alpha1.ReasonCreateFailed
-		case strings.HasPrefix(m, "retiring") || strings.HasPrefix(m, "scaling down") || strings.HasPrefix(m, "updating pod") ||
-			strings.HasPrefix(m, "deleting"):
+		case strings.HasPrefix(m, "retiring pod") || strings.HasPrefix(m, "scaling down pod") || strings.HasPrefix(m, "updating pod") ||
+			strings.HasPrefix(m, "deleting claim"):
 			reason = clusterv1alpha1.ReasonDeleteFailed
 		}
 	}
