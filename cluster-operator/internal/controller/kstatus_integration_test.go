@@ -77,6 +77,19 @@ func (f *fixture) waitEvent(name, reason, eventType string) {
 	assert.Equal(f.t, eventType, evs[0].Type)
 }
 
+// makeReady makes a pod of sc Ready once the fake kubelet has started it not Ready (the "notready" hold):
+// before that, the kubelet's first status would overwrite it.
+func (f *fixture) makeReady(sc, name string) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool {
+		p := f.pods(sc)[name]
+		return p != nil && p.Status.Phase == corev1.PodRunning
+	}, wait, tick, "pod %s running", name)
+	f.setPodStatus(name, func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	})
+}
+
 // invalidResources makes the template's pods invalid for the API server (requests above limits), which
 // the CRD's schema cannot see.
 func invalidResources(sc *clusterv1alpha1.StatefulCluster) {
@@ -118,11 +131,8 @@ func TestKstatusOracle(t *testing.T) {
 		f.waitKstatus("p", status.InProgressStatus)
 		f.waitEvent("p", clusterv1alpha1.ReasonPodsNotReady, corev1.EventTypeNormal)
 		// The pods get Ready: Current.
-		for _, name := range []string{"p-0", "p-1"} {
-			f.setPodStatus(name, func(p *corev1.Pod) {
-				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
-			})
-		}
+		f.makeReady("p", "p-0")
+		f.makeReady("p", "p-1")
 		f.waitKstatus("p", status.CurrentStatus)
 	})
 
@@ -310,16 +320,7 @@ func TestStatusNeverContradictsItself(t *testing.T) {
 		sc.Spec.Template.Annotations = map[string]string{holdAnnotation: "notready"}
 	})
 	f.waitCondition("s", clusterv1alpha1.ConditionReconciling, metav1.ConditionTrue, clusterv1alpha1.ReasonPodsNotReady)
-	// ready makes a pod Ready once the fake kubelet has started it (not Ready, the template's hold).
-	ready := func(name string) {
-		require.Eventually(t, func() bool {
-			p := f.pods("s")[name]
-			return p != nil && p.Status.Phase == corev1.PodRunning
-		}, wait, tick, "pod %s running", name)
-		f.setPodStatus(name, func(p *corev1.Pod) {
-			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
-		})
-	}
+	ready := func(name string) { f.makeReady("s", name) }
 	ready("s-0")
 	ready("s-1")
 	f.waitCondition("s", clusterv1alpha1.ConditionReady, metav1.ConditionTrue, clusterv1alpha1.ReasonReconciled)
