@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,8 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -355,4 +358,95 @@ func TestStatusNeverContradictsItself(t *testing.T) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	assert.Greater(t, ch.writes, 5, "statuses checked")
+}
+
+// withoutSelectorRules removes the CRD's selector rules (the CEL rules whose message names the selector)
+// for the rest of the test, so that a StatefulCluster stored before the CRD had them can be made; the
+// CRD is restored when the test ends.
+func withoutSelectorRules(t *testing.T) {
+	t.Helper()
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	key := client.ObjectKey{Name: "statefulclusters." + clusterv1alpha1.GroupVersion.Group}
+	require.NoError(t, suite.Client.Get(t.Context(), key, crd))
+	origSpec := runtime.DeepCopyJSONValue(crd.Object["spec"])
+	var strip func(v any)
+	strip = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if rules, ok := v["x-kubernetes-validations"].([]any); ok {
+				var kept []any
+				for _, r := range rules {
+					if msg, _ := r.(map[string]any)["message"].(string); !strings.Contains(msg, "selector") {
+						kept = append(kept, r)
+					}
+				}
+				v["x-kubernetes-validations"] = kept
+			}
+			for _, c := range v {
+				strip(c)
+			}
+		case []any:
+			for _, c := range v {
+				strip(c)
+			}
+		}
+	}
+	strip(crd.Object["spec"])
+	require.NoError(t, suite.Client.Update(t.Context(), crd))
+	t.Cleanup(func() {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := suite.Client.Get(context.Background(), key, crd); err != nil {
+				return err
+			}
+			crd.Object["spec"] = origSpec
+			return suite.Client.Update(context.Background(), crd)
+		}))
+	})
+}
+
+// TestLegacyInvalidSelectorStalls: a StatefulCluster whose selector does not parse, or does not select
+// the pods its template makes (issue 16's case 3), stored before the CRD refused them, is reported and
+// not acted on: Stalled=True with the reason and one Warning Event, Ready=False (never Ready=True while
+// status.selector selects none of its pods), kstatus Failed, no pod created; and it is deleted at once.
+func TestLegacyInvalidSelectorStalls(t *testing.T) {
+	withoutSelectorRules(t)
+	startOperator(t, nil)
+	for name, tc := range map[string]struct {
+		sel          metav1.LabelSelector
+		reason       string
+		statusSelect string
+	}{
+		"invalid": {metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: "Bogus", Values: []string{"x"}}}},
+			clusterv1alpha1.ReasonInvalidSelector, ""},
+		"mismatch": {metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"web"}}}},
+			clusterv1alpha1.ReasonSelectorMismatch, "app in (web)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			sc := &clusterv1alpha1.StatefulCluster{
+				ObjectMeta: metav1.ObjectMeta{Name: "l", Namespace: f.ns},
+				Spec: clusterv1alpha1.StatefulClusterSpec{Replicas: ptr.To[int32](2), Selector: &tc.sel,
+					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db"}},
+						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "app:v1"}}}}},
+			}
+			// The CRD's new schema reaches the API server's handler shortly after its update.
+			require.Eventually(t, func() bool { return suite.Client.Create(t.Context(), sc.DeepCopy()) == nil }, wait, 100*time.Millisecond, "stored")
+			stalled := f.waitCondition("l", clusterv1alpha1.ConditionStalled, metav1.ConditionTrue, tc.reason)
+			assert.Contains(t, stalled.Message, "spec.selector")
+			got := f.get("l")
+			ready := meta.FindStatusCondition(got.Status.Conditions, clusterv1alpha1.ConditionReady)
+			require.NotNil(t, ready)
+			assert.Equal(t, metav1.ConditionFalse, ready.Status)
+			assert.Equal(t, tc.statusSelect, got.Status.Selector)
+			assert.Equal(t, status.FailedStatus, f.kstatusOf("l").Status)
+			f.waitEvent("l", tc.reason, corev1.EventTypeWarning)
+			assert.Empty(t, f.pods("l"), "no pod created for a spec the operator does not act on")
+
+			require.NoError(t, suite.Client.Delete(t.Context(), got))
+			require.Eventually(t, func() bool {
+				return apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKeyFromObject(got), &clusterv1alpha1.StatefulCluster{}))
+			}, wait, tick, "deleted at once")
+		})
+	}
 }
