@@ -107,7 +107,9 @@ func (r *Reconciler) ensureClaims(ctx context.Context, s *scope) {
 			if have[claimName(s.sc, ct.Metadata.Name, m.name)] {
 				continue
 			}
-			if err := s.createClaim(ctx, m.name, ct); err != nil {
+			if err := s.createClaim(ctx, m.name, ct); apierrors.IsInvalid(err) {
+				s.refuse(err)
+			} else if err != nil {
 				s.fail("%v", err)
 			}
 		}

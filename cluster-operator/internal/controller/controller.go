@@ -119,9 +119,11 @@ func (r *Reconciler) loadPods(ctx context.Context, s *scope) error {
 // StatefulCluster controls, plus the ones it created that the cache does not show yet; oldest identity
 // first.
 func (s *scope) loadMembers(ctx context.Context) error {
+	// Orphans are adopted only for a spec that is acted on (checkSpec); the pods this StatefulCluster
+	// controls are its own whatever its selector.
 	selector, err := metav1.LabelSelectorAsSelector(s.sc.Spec.Selector)
-	if err != nil {
-		return fmt.Errorf("spec.selector: %w", err)
+	if err != nil || s.invalid != nil {
+		selector = labels.Nothing()
 	}
 	var list corev1.PodList
 	if err := s.r.Cache.List(ctx, &list, client.InNamespace(s.sc.Namespace)); err != nil {

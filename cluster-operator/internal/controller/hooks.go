@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -39,8 +40,12 @@ type hookBody struct {
 	UID      types.UID `json:"uid,omitempty"`
 }
 
-// hookError is a failed hook call.
-type hookError struct{ msg string }
+// hookError is a failed hook call. noPort: no surviving Ready pod has the hook's port, so no call
+// could be made; that lasts until the pods or the spec change.
+type hookError struct {
+	msg    string
+	noPort bool
+}
 
 func (e *hookError) Error() string { return e.msg }
 
@@ -91,6 +96,10 @@ func (s *scope) hookFailed(hook *clusterv1alpha1.MembershipHook, event, identity
 	s.hookMu.Lock()
 	defer s.hookMu.Unlock()
 	s.hookFailure = fmt.Sprintf("%s hook for %s failed: %v", event, identity, err)
+	if he := (*hookError)(nil); errors.As(err, &he) && he.noPort {
+		s.hookStalled = fmt.Sprintf("the %s membership hook (failurePolicy Fail) cannot be called: %v; the pod it guards is held back until a Ready pod has that port (spec.template) or the hook changes",
+			event, err)
+	}
 	return false
 }
 
@@ -105,6 +114,9 @@ func (s *scope) applyHookCondition() {
 	if s.hookFailure != "" {
 		s.later(s.now.Add(hookRetry)) // nothing else may change meanwhile: retry the call on a timer
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, clusterv1alpha1.ReasonHookFailed, truncate(s.hookFailure, 1024)
+		if s.hookStalled != "" {
+			cond.Reason = clusterv1alpha1.ReasonHookPortNotFound
+		}
 	}
 	meta.SetStatusCondition(&s.sc.Status.Conditions, cond)
 }
@@ -158,7 +170,7 @@ func (s *scope) callHook(ctx context.Context, hook *clusterv1alpha1.MembershipHo
 	if tried == 0 && lastErr == nil {
 		return nil // no surviving pod: nobody to tell
 	}
-	return &hookError{msg: lastErr.Error()}
+	return &hookError{msg: lastErr.Error(), noPort: tried == 0}
 }
 
 // hookPort resolves the hook's port, a number or the name of a container port.

@@ -28,6 +28,15 @@ type memory struct {
 	// lostSince queues, per StatefulCluster, when each retired identity became unusable, oldest
 	// first; the next pod created is its replacement (replacement-latency metric).
 	lostSince map[types.NamespacedName][]time.Time
+	// refused is, per StatefulCluster, the generation whose pod template the API server refused as
+	// invalid and its message: no identity is spent on it again until the spec changes.
+	refused map[types.NamespacedName]refusal
+}
+
+// refusal is a generation whose pods the API server refuses, and why.
+type refusal struct {
+	generation int64
+	message    string
 }
 
 // deletion is why this process deleted a pod, so a ledger entry lost with a conflicting status write
@@ -64,7 +73,23 @@ func newMemory() *memory {
 		seenReady: map[types.UID]bool{},
 		gone:      map[types.NamespacedName][]gonePod{},
 		lostSince: map[types.NamespacedName][]time.Time{},
+		refused:   map[types.NamespacedName]refusal{},
 	}
+}
+
+// refuse remembers that the pods of this generation of sc are refused by the API server.
+func (m *memory) refuse(sc types.NamespacedName, generation int64, message string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refused[sc] = refusal{generation: generation, message: message}
+}
+
+// refusedAt returns why the pods of this generation of sc are refused, if they are.
+func (m *memory) refusedAt(sc types.NamespacedName, generation int64) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.refused[sc]
+	return r.message, ok && r.generation == generation
 }
 
 func (m *memory) expectCreated(sc types.NamespacedName, name, revision string, now time.Time) {
@@ -184,4 +209,5 @@ func (m *memory) forget(sc types.NamespacedName) {
 	delete(m.created, sc)
 	delete(m.gone, sc)
 	delete(m.lostSince, sc)
+	delete(m.refused, sc)
 }

@@ -64,8 +64,14 @@ type scope struct {
 	updateRun  bool
 	// holdCreates is set while a failing membership hook (failurePolicy Fail) holds new pods back.
 	holdCreates bool
-	hookMu      sync.Mutex
-	hookFailure string
+	// invalid: the spec is not acted on (checkSpec). refused: the API server refuses the template's pods
+	// (kstatus.go). Both make the StatefulCluster Stalled.
+	invalid *problem
+	refused string
+	hookMu  sync.Mutex
+	// hookFailure is the failing call of a membership hook with failurePolicy Fail; hookStalled is set
+	// too when no pod can ever answer it (Stalled). Both guarded by hookMu.
+	hookFailure, hookStalled string
 }
 
 // newScope starts the reconcile of sc.
@@ -86,11 +92,16 @@ func (r *Reconciler) reconcileDelete(s *scope) (reconcile.Result, error) {
 // reconcileNormal is the reconcile, phase by phase. A failure on one pod or claim is recorded (fail) and
 // the other phases still run: one bad pod never blocks the rest.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.Result, error) {
+	s.invalid = checkSpec(s.sc)
 	if err := r.load(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
 	r.judgePods(ctx, s)
 	r.recordGone(s)
+	if s.invalid != nil {
+		// Observed and reported (Stalled), never acted on: a spec change, the only way out, wakes it.
+		return reconcile.Result{}, nil
+	}
 	r.retire(ctx, s)
 	r.rollingUpdate(ctx, s)
 	s.holdCreates = !r.runRetireHooks(ctx, s)

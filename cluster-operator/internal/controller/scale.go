@@ -41,6 +41,10 @@ func (s *scope) scaleUp(ctx context.Context, live []*member, missing int) error 
 		s.progress = clusterv1alpha1.ReasonReplacing
 		return nil // a retire hook must succeed first
 	}
+	if msg, refused := s.r.mem.refusedAt(s.key, s.sc.Generation); refused {
+		s.refused = msg
+		return nil // the API server refuses these pods: only a spec change helps
+	}
 	if s.ordered() {
 		for _, m := range s.pods {
 			if m.terminating || (m.live && !m.ready) {
@@ -112,7 +116,11 @@ func (s *scope) createPods(ctx context.Context, names, revisions, zones []string
 				if err := s.createPod(ctx, names[i], revisions[i], zones[i]); err != nil {
 					mu.Lock()
 					failed++
-					s.fail("creating pod %s: %v", names[i], err)
+					if apierrors.IsInvalid(err) {
+						s.refuse(err)
+					} else {
+						s.fail("creating pod %s: %v", names[i], err)
+					}
 					mu.Unlock()
 				}
 			})

@@ -84,16 +84,20 @@ func (s *scope) applyStatus(err error) {
 	}
 	st := &s.sc.Status
 	st.ObservedGeneration = s.sc.Generation
+	// A selector that does not parse selects nothing: an empty status.selector, not the last good one.
+	st.Selector = ""
 	if sel, serr := metav1.LabelSelectorAsSelector(s.sc.Spec.Selector); serr == nil {
 		st.Selector = sel.String()
 	}
 	s.applyReplicaFailure(err)
 	s.applyHookCondition()
 	if s.revs == nil {
+		// Ready and Available are as last observed; the failure being retried is what Reconciling says.
+		s.applyReconciling(false, false)
 		return
 	}
 	s.applyAvailable(c)
-	s.applyReady(c)
+	s.applyReconciling(s.applyReady(c), true)
 }
 
 // counts are the live pods of a reconcile, as the status counts them.
@@ -144,11 +148,14 @@ func (s *scope) setCondition(t string, ok bool, reason, msg string) {
 
 // applyReplicaFailure sets ReplicaFailure from what could not be written and the reconcile's error.
 func (s *scope) applyReplicaFailure(err error) {
-	if err == nil && len(s.failures) == 0 {
+	if err == nil && len(s.failures) == 0 && s.refused == "" {
 		meta.RemoveStatusCondition(&s.sc.Status.Conditions, clusterv1alpha1.ConditionReplicaFailure)
 		return
 	}
 	msgs := append([]string{}, s.failures...)
+	if s.refused != "" {
+		msgs = append(msgs, "creating pods of spec.template: "+s.refused)
+	}
 	if err != nil {
 		msgs = append(msgs, err.Error())
 	}
@@ -181,50 +188,38 @@ func (s *scope) progressReason(c counts) string {
 	return ""
 }
 
-// stalled returns the reason and message of Stalled: pods kept Pending because replacing them cannot
-// help (stuck.go), until the cluster changes; "" when none is. The message names no counters or
-// durations, so that its Event is recorded once per change.
-func (s *scope) stalled() (reason, message string) {
-	var msgs []string
-	for _, m := range s.pods {
-		if why := m.verdict.stuck; why != nil && !m.terminating {
-			if reason == "" {
-				reason = why.reason
-			}
-			msgs = append(msgs, why.message())
-		}
-	}
-	return reason, truncate(strings.Join(msgs, "; "), 4000)
-}
-
-// applyReady sets Stalled, Progressing and Ready.
-func (s *scope) applyReady(c counts) {
+// applyReady sets Stalled, Progressing and Ready. Nothing progresses while the spec is not acted on or
+// its pods are refused: whatever is missing stays missing until the user changes the spec.
+func (s *scope) applyReady(c counts) bool {
 	progress := s.progressReason(c)
+	if s.invalid != nil || s.refused != "" {
+		progress = ""
+	}
 	msg := fmt.Sprintf("%d live, %d ready, %d updated of %d replicas; next identity %d", c.live, c.ready, c.updated, c.replicas, s.sc.Status.NextIdentity)
-	if stuckReason, stalled := s.stalled(); stuckReason != "" {
+	stuckReason, stalled := s.stalled()
+	if stuckReason != "" {
 		s.setCondition(clusterv1alpha1.ConditionStalled, true, stuckReason, stalled)
-		if progress == "" {
-			s.setCondition(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
-			s.setCondition(clusterv1alpha1.ConditionReady, false, stuckReason, stalled)
-			return
-		}
 	} else {
 		meta.RemoveStatusCondition(&s.sc.Status.Conditions, clusterv1alpha1.ConditionStalled)
 	}
-	if progress != "" {
+	switch {
+	case progress != "":
 		s.setCondition(clusterv1alpha1.ConditionProgressing, true, progress, msg)
 		s.setCondition(clusterv1alpha1.ConditionReady, false, progress, msg)
-		return
-	}
-	s.setCondition(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
-	switch {
+	case stuckReason != "":
+		s.setCondition(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
+		s.setCondition(clusterv1alpha1.ConditionReady, false, stuckReason, stalled)
 	case c.ready < c.replicas || c.live != c.replicas:
+		s.setCondition(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
 		s.setCondition(clusterv1alpha1.ConditionReady, false, clusterv1alpha1.ReasonPodsNotReady, msg)
 	case c.updated != c.live && s.sc.Spec.UpdateStrategy.Type != clusterv1alpha1.OnDeleteStrategyType && s.wantUpdated() == int(c.replicas):
+		s.setCondition(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
 		s.setCondition(clusterv1alpha1.ConditionReady, false, clusterv1alpha1.ReasonUpdating, msg)
 	default:
+		s.setCondition(clusterv1alpha1.ConditionProgressing, false, clusterv1alpha1.ReasonReconciled, msg)
 		s.setCondition(clusterv1alpha1.ConditionReady, true, clusterv1alpha1.ReasonReconciled, msg)
 	}
+	return stuckReason != ""
 }
 
 // countOld counts live pods not of the update revision.
@@ -238,13 +233,21 @@ func (s *scope) countOld() int {
 	return n
 }
 
+// failureReason is the reason of ReplicaFailure: CreateFailed or DeleteFailed when a pod or claim could
+// not be created or deleted (the messages s.fail records), ReconcileError for any other failed read or
+// write (a ControllerRevision, a claim's label or owner, an adoption, a list).
 func failureReason(msgs []string) string {
+	reason := clusterv1alpha1.ReasonReconcileError
 	for _, m := range msgs {
-		if strings.HasPrefix(m, "creating") {
+		switch {
+		case strings.HasPrefix(m, "creating pod") || strings.HasPrefix(m, "creating claim"):
 			return clusterv1alpha1.ReasonCreateFailed
+		case strings.HasPrefix(m, "retiring pod") || strings.HasPrefix(m, "scaling down pod") || strings.HasPrefix(m, "updating pod") ||
+			strings.HasPrefix(m, "deleting claim"):
+			reason = clusterv1alpha1.ReasonDeleteFailed
 		}
 	}
-	return clusterv1alpha1.ReasonDeleteFailed
+	return reason
 }
 
 // patchStatus writes the status if it changed, under a resourceVersion precondition (the high-water

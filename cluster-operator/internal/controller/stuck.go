@@ -7,8 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
@@ -129,26 +127,4 @@ func eventTime(e *corev1.Event) time.Time {
 		return e.EventTime.Time
 	}
 	return e.CreationTimestamp.Time
-}
-
-// waitingEvents records, once the status is written, an Event when the StatefulCluster enters a waiting
-// state: a Warning when pods are kept stuck (naming the pod, the claim and why), otherwise a Normal
-// Event when Ready turns False or changes its reason (scaling, replacing, updating, pods not ready).
-// before are the conditions as read at the start of the reconcile.
-func (s *scope) waitingEvents(before []metav1.Condition) {
-	var related runtime.Object
-	for _, m := range s.pods {
-		if m.verdict.stuck != nil && m.pod != nil {
-			related = m.pod
-			break
-		}
-	}
-	if controllerutil.EventOnTransition(s.r.Recorder, s.sc, related, before, s.sc.Status.Conditions, controllerutil.Transition{
-		Type: clusterv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Wait", CompareMessage: true,
-	}) {
-		return
-	}
-	controllerutil.EventOnTransition(s.r.Recorder, s.sc, nil, before, s.sc.Status.Conditions, controllerutil.Transition{
-		Type: clusterv1alpha1.ConditionReady, Status: metav1.ConditionFalse, EventType: corev1.EventTypeNormal, Action: "Wait",
-	})
 }

@@ -13,11 +13,20 @@ const (
 	// ConditionReplicaFailure is True when a pod or claim could not be created or deleted; the message
 	// says which and why.
 	ConditionReplicaFailure = "ReplicaFailure"
-	// ConditionStalled is True while a pod has been Pending past spec.pendingThresholdSeconds for a
-	// reason that replacing it by a new identity cannot fix (its claim cannot bind, or the scheduler
-	// finds no node for it): the pod is kept and reported instead of replaced. The kstatus convention:
-	// only a change in the cluster (a provisioner, a node, a spec change) unblocks it.
+	// ConditionStalled is True while the StatefulCluster cannot make progress without a change by the
+	// user (the kstatus convention: tools read it as Failed): a pod Pending past
+	// spec.pendingThresholdSeconds for a reason that replacing it by a new identity cannot fix (its claim
+	// cannot bind, or the scheduler finds no node for it: the pod is kept and reported instead of
+	// replaced); a spec the operator does not act on (a selector that does not parse or does not select
+	// the template's pods, stored before the CRD refused them); a pod template the API server refuses; a
+	// membership hook (failurePolicy Fail) no pod can answer. Only a change in the cluster or the spec
+	// unblocks it; the reason says which.
 	ConditionStalled = "Stalled"
+	// ConditionReconciling is True while the operator is getting to the spec without the user (the
+	// kstatus convention: tools read it as InProgress): pods being created, retired, replaced or updated,
+	// pods not Ready or not yet available, a failed write being retried. Its reason is Ready's reason
+	// (or ReplicaFailure's, or Available's when only those are unmet). Absent when Stalled.
+	ConditionReconciling = "Reconciling"
 	// ConditionMembershipHookFailed is True while a membership hook with failurePolicy Fail is failing
 	// and holds a pod back.
 	ConditionMembershipHookFailed = "MembershipHookFailed"
@@ -56,6 +65,22 @@ const (
 	ReasonUnschedulable = "Unschedulable"
 	// ReasonHookSucceeded: the last membership hook call succeeded.
 	ReasonHookSucceeded = "HookSucceeded"
+	// ReasonReconcileError: a read or write other than a pod's creation or deletion failed (listing
+	// pods, a ControllerRevision, a claim's label or owner); retried with backoff.
+	ReasonReconcileError = "ReconcileError"
+	// ReasonInvalidSelector (Stalled): spec.selector does not parse. The CRD refuses such selectors at
+	// apply; an object stored before it did is not acted on until it is re-created.
+	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonSelectorMismatch (Stalled): spec.selector does not select the pods spec.template makes, as
+	// the StatefulSet API requires. The CRD refuses it at apply; an object stored before it did is not
+	// acted on until it is re-created.
+	ReasonSelectorMismatch = "SelectorMismatch"
+	// ReasonInvalidTemplate (Stalled): the API server refused a pod built from spec.template as invalid
+	// (e.g. a container name that is not a DNS label); no pod is created until spec.template changes.
+	ReasonInvalidTemplate = "InvalidTemplate"
+	// ReasonHookPortNotFound (Stalled): a membership hook with failurePolicy Fail names a port that no
+	// surviving Ready pod has, so the call can never be made and the pod it guards is held back.
+	ReasonHookPortNotFound = "HookPortNotFound"
 )
 
 // Labels and annotations the operator puts on the objects it creates.
