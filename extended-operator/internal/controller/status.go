@@ -19,7 +19,6 @@ import (
 // their status changes.
 func (r *Reconciler) applyStatus(s *scope) {
 	ests := s.ests
-	applyVersionStatus(s)
 	set := func(t string, status bool, reason, msg string) {
 		c := metav1.ConditionFalse
 		if status {
@@ -27,6 +26,16 @@ func (r *Reconciler) applyStatus(s *scope) {
 		}
 		meta.SetStatusCondition(&ests.Status.Conditions, metav1.Condition{Type: t, Status: c, Reason: reason, Message: msg, ObservedGeneration: ests.Generation})
 	}
+	if s.perZone == nil {
+		// The reconcile failed before it read the versions (newScope): what it did not observe keeps
+		// what the last observation said, rather than no versions, no pods, no missing reference; Ready
+		// says why it is not fresh.
+		ests.Status.ObservedGeneration = ests.Generation
+		set(extendedv1alpha1.ConditionReady, false, s.errReason(), s.errMessage)
+		applyKstatus(ests, false, set)
+		return
+	}
+	applyVersionStatus(s)
 	r.applyZonesAvailable(ests, s, set)
 	applyJobConditions(ests, s, set)
 	if len(s.missing) > 0 {

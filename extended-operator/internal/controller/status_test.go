@@ -137,3 +137,24 @@ func TestWaitingEvents(t *testing.T) {
 		})
 	}
 }
+
+// A reconcile that failed before it read the versions reports the error in Ready (and Reconciling) and
+// leaves what it did not observe as the last observation said: the versions, the pod counts and the
+// other conditions.
+func TestApplyStatusAfterAnEarlyError(t *testing.T) {
+	e := withConditions([4]string{extendedv1alpha1.ConditionReady, "True", extendedv1alpha1.ReasonReconciled, "version 1 runs with all 1 pods Ready"},
+		[4]string{extendedv1alpha1.ConditionMissingReference, "True", extendedv1alpha1.ReasonReferenceNotFound, "ConfigMap/conf"})
+	e.Status.Versions, e.Status.Replicas, e.Status.ReadyReplicas, e.Status.CurrentVersion = map[string]bool{"1": true}, 1, 1, 1
+	s := &scope{ests: e, orig: e.DeepCopy(), errMessage: "listing StatefulSets: boom"}
+	s.merge()
+	(&Reconciler{}).applyStatus(s)
+	assert.Equal(t, map[string]bool{"1": true}, e.Status.Versions)
+	assert.Equal(t, int32(1), e.Status.ReadyReplicas)
+	assert.Equal(t, int32(1), e.Status.CurrentVersion)
+	assert.Equal(t, int64(3), e.Status.ObservedGeneration)
+	assert.True(t, meta.IsStatusConditionTrue(e.Status.Conditions, extendedv1alpha1.ConditionMissingReference))
+	ready := meta.FindStatusCondition(e.Status.Conditions, extendedv1alpha1.ConditionReady)
+	assert.Equal(t, metav1.ConditionFalse, ready.Status)
+	assert.Equal(t, extendedv1alpha1.ReasonReconcileError, ready.Reason)
+	assert.True(t, meta.IsStatusConditionTrue(e.Status.Conditions, extendedv1alpha1.ConditionReconciling))
+}
