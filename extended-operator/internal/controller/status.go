@@ -200,13 +200,18 @@ func (s *scope) readiness(stale bool, progressReason, progressMsg string) (ready
 	case s.errMessage != "":
 		return false, s.errReason(), s.errMessage
 	case stale:
-		msg := fmt.Sprintf("%sversion %d is stale", s.prefix, s.newest.number)
-		if s.current != nil {
-			msg += fmt.Sprintf("; version %d serves", s.current.number)
-		}
-		reason, _, _ := strings.Cut(s.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
+		// The stale-reason annotation says what failed (the canaries, a Job by name), so that Ready and
+		// Stalled name it too.
+		reason, why, _ := strings.Cut(s.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
 		if reason == "" {
 			reason = extendedv1alpha1.ReasonCanaryFailed
+		}
+		msg := fmt.Sprintf("%sversion %d is stale", s.prefix, s.newest.number)
+		if why != "" {
+			msg += " (" + why + ")"
+		}
+		if s.current != nil {
+			msg += fmt.Sprintf("; version %d serves", s.current.number)
 		}
 		return false, reason, msg + "; change the template to try again"
 	case progressReason != "":
