@@ -26,12 +26,14 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -83,6 +85,9 @@ type Reconciler struct {
 	HashKey []byte
 
 	debounce *debouncer
+	// writes are the status writes of this process, to tell a cached ExtendedStatefulSet older than the
+	// last of them (caughtUp).
+	writes *opsutil.WriteTracker
 }
 
 // Options configure the controller, from the command line (AddFlags) and in tests (Overrides, HashKey).
@@ -133,6 +138,7 @@ func (o *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		Access:   opsutil.NewAccess(mgr, "extended-operator", opts.Overrides),
 		Scheme:   mgr.GetScheme(),
 		debounce: newDebouncer(opts.ConfigQuietPeriod, opts.ConfigMaxDelay),
+		writes:   opsutil.NewWriteTracker(),
 	}
 	if r.HashKey = opts.HashKey; r.HashKey == nil {
 		if opts.HashKeySecret == "" {
@@ -164,6 +170,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, ests *extendedv1alpha1.Exten
 		r.reconcileDelete(ests)
 		return reconcile.Result{}, nil
 	}
+	if ests, err = r.caughtUp(ctx, ests); ests == nil || err != nil {
+		return reconcile.Result{}, err
+	}
 	s, err := r.newScope(ctx, ests)
 	// The one status write, also after an error: the conditions say what failed.
 	defer func() { result, err = r.patchStatus(ctx, s, err) }()
@@ -173,29 +182,58 @@ func (r *Reconciler) Reconcile(ctx context.Context, ests *extendedv1alpha1.Exten
 	return reconcile.Result{}, r.reconcileNormal(ctx, s)
 }
 
-// reconcileDelete forgets the debounce of a deleted ExtendedStatefulSet; owner references delete the
-// rest.
+// caughtUp returns the ExtendedStatefulSet to reconcile: the cached one, or, when the cache has not yet
+// seen this process's last status write to it, the object read from the API server (nil when it is
+// gone). The status is merge-patched against the object read, so a copy older than the last write would
+// leave the fields that write changed and this one computes the same as the stale copy (a version that
+// runs again after a configuration roll) as the last write left them, contradicting the conditions
+// written beside them; and its waiting Events compare with the conditions as written. The For watch drops
+// status-only updates, so no event of that write would start a later reconcile: it reads live instead.
+func (r *Reconciler) caughtUp(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (*extendedv1alpha1.ExtendedStatefulSet, error) {
+	if !r.writes.Behind(ests) {
+		return ests, nil
+	}
+	live := &extendedv1alpha1.ExtendedStatefulSet{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ests), live); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if !live.DeletionTimestamp.IsZero() {
+		r.reconcileDelete(live)
+		return nil, nil
+	}
+	return live, nil
+}
+
+// reconcileDelete forgets the debounce and the status writes of a deleted ExtendedStatefulSet; owner
+// references delete the rest.
 func (r *Reconciler) reconcileDelete(ests *extendedv1alpha1.ExtendedStatefulSet) {
 	for _, z := range desiredZones(ests) {
 		r.debounce.forget(debounceKey(ests, z))
 	}
+	r.writes.Forget(ests)
 }
 
 // patchStatus computes the status from the scope and the error that ended the reconcile, if any, writes
-// it when it changed, and then records the waiting Event. The result asks for the next reconcile the
-// scope needs.
+// it when it changed, and then records the waiting Events. The result asks for the next reconcile the
+// scope needs. An object the API server refuses (invalidSpec) is not retried: Stalled says why, and the
+// spec change that fixes it starts the next reconcile.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) (reconcile.Result, error) {
 	if err != nil {
-		s.errMessage = err.Error()
+		s.errMessage, s.invalidSpec = err.Error(), apierrors.IsInvalid(err)
 	}
 	s.merge()
 	r.applyStatus(s)
-	if _, serr := opsutil.PatchStatus(ctx, r.Client, s.ests, s.orig, opsutil.IgnoreNotFound()); serr != nil {
-		if err == nil {
-			err = serr
-		}
-	} else {
-		r.waitingEvent(s.ests, s.orig)
+	wrote, serr := opsutil.PatchStatus(ctx, r.Client, s.ests, s.orig, opsutil.IgnoreNotFound())
+	if serr != nil {
+		return reconcile.Result{}, errors.Join(err, serr)
+	}
+	if wrote {
+		r.writes.Wrote(s.ests)
+	}
+	r.waitingEvents(s.ests, s.orig)
+	if s.invalidSpec {
+		ctrl.LoggerFrom(ctx).Info("the API server refuses an object built from the spec; waiting for a spec change", "error", err)
+		return reconcile.Result{}, nil
 	}
 	if err != nil {
 		return reconcile.Result{}, err

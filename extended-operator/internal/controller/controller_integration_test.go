@@ -276,6 +276,8 @@ func TestStaleMarking(t *testing.T) {
 		assert.Equal(c, int32(0), ptr.Deref(sts.Spec.Replicas, 1))
 	}, "version 2 stale")
 	f.waitCondition(extendedv1alpha1.ConditionStale, metav1.ConditionTrue, extendedv1alpha1.ReasonCanaryFailed)
+	// kstatus: Failed, until the template changes.
+	assert.Contains(t, f.waitStalled(extendedv1alpha1.ReasonCanaryFailed), "canaries not Ready")
 	v1 := f.sts(1)
 	require.NotNil(t, v1, "version 1 keeps serving")
 	assert.Equal(t, int32(3), ptr.Deref(v1.Spec.Replicas, 0))
@@ -288,6 +290,7 @@ func TestStaleMarking(t *testing.T) {
 		f.waitSTS(3, func(c *assert.CollectT, sts *appsv1.StatefulSet) {}, "version 3")
 		f.waitGone(2)
 		f.waitCondition(extendedv1alpha1.ConditionStale, metav1.ConditionFalse, "")
+		f.waitCondition(extendedv1alpha1.ConditionStalled, metav1.ConditionFalse, "")
 	})
 }
 

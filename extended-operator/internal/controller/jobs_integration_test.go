@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/shared/testsupport"
@@ -268,6 +269,8 @@ func TestPostJob(t *testing.T) {
 			assert.Equal(c, int32(3), ptr.Deref(sts.Spec.Replicas, 0))
 			assert.Empty(c, sts.Annotations[extendedv1alpha1.StaleAnnotation])
 		}, "version 2 keeps running")
+		// Reported, not stalled: the new version runs and nothing waits for the user.
+		f.waitKstatus(status.CurrentStatus)
 	})
 
 	t.Run("failure with rollback", func(t *testing.T) {
@@ -294,6 +297,7 @@ func TestPostJob(t *testing.T) {
 		}, "version 2 stopped once version 1 runs")
 		f.waitCondition(extendedv1alpha1.ConditionPostUpgradeFailed, metav1.ConditionTrue, extendedv1alpha1.ReasonRolledBack)
 		f.waitCondition(extendedv1alpha1.ConditionStale, metav1.ConditionTrue, extendedv1alpha1.ReasonRolledBack)
+		assert.Contains(t, f.waitStalled(extendedv1alpha1.ReasonRolledBack), "web-post-v2")
 		f.waitEvent(extendedv1alpha1.ReasonJobFailed, "web-post-v2")
 		require.EventuallyWithT(t, func(c *assert.CollectT) { assert.Equal(c, int32(1), f.get().Status.CurrentVersion) }, wait, tick)
 	})

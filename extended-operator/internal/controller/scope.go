@@ -39,8 +39,10 @@ type scope struct {
 	prefix string
 	// readyNodes counts the Ready nodes of each zone (with zones).
 	readyNodes map[string]int32
-	// errMessage is the error that ended the reconcile, for the conditions.
-	errMessage string
+	// errMessage is the error that ended the reconcile, for the conditions; invalidSpec says the API
+	// server refused an object built from the spec (apierrors.IsInvalid), which only a spec change fixes.
+	errMessage  string
+	invalidSpec bool
 }
 
 // zoneScope is what one reconcile found and decided for one zone's versions (reconcileZone).

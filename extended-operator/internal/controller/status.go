@@ -19,7 +19,6 @@ import (
 // their status changes.
 func (r *Reconciler) applyStatus(s *scope) {
 	ests := s.ests
-	applyVersionStatus(s)
 	set := func(t string, status bool, reason, msg string) {
 		c := metav1.ConditionFalse
 		if status {
@@ -27,11 +26,20 @@ func (r *Reconciler) applyStatus(s *scope) {
 		}
 		meta.SetStatusCondition(&ests.Status.Conditions, metav1.Condition{Type: t, Status: c, Reason: reason, Message: msg, ObservedGeneration: ests.Generation})
 	}
+	if s.perZone == nil {
+		// The reconcile failed before it read the versions (newScope): what it did not observe keeps
+		// what the last observation said, rather than no versions, no pods, no missing reference; Ready
+		// says why it is not fresh.
+		ests.Status.ObservedGeneration = ests.Generation
+		set(extendedv1alpha1.ConditionReady, false, s.errReason(), s.errMessage)
+		applyKstatus(ests, false, set)
+		return
+	}
+	applyVersionStatus(s)
 	r.applyZonesAvailable(ests, s, set)
 	applyJobConditions(ests, s, set)
 	if len(s.missing) > 0 {
-		set(extendedv1alpha1.ConditionMissingReference, true, extendedv1alpha1.ReasonReferenceNotFound,
-			"referenced but missing: "+strings.Join(s.missing, ", ")+"; pods are not rolled until it exists")
+		set(extendedv1alpha1.ConditionMissingReference, true, extendedv1alpha1.ReasonReferenceNotFound, missingMessage(s.missing))
 	} else {
 		set(extendedv1alpha1.ConditionMissingReference, false, extendedv1alpha1.ReasonReconciled, "every referenced ConfigMap and Secret exists")
 	}
@@ -46,13 +54,42 @@ func (r *Reconciler) applyStatus(s *scope) {
 		set(extendedv1alpha1.ConditionStale, false, extendedv1alpha1.ReasonReconciled, "no version is stale")
 	}
 	progressReason, progressMsg := s.progress(stale)
-	if progressReason != "" && progressReason != "ReconcileError" {
+	if progressReason != "" && progressReason != s.errReason() {
 		set(extendedv1alpha1.ConditionProgressing, true, progressReason, progressMsg)
 	} else if progressReason == "" {
 		set(extendedv1alpha1.ConditionProgressing, false, extendedv1alpha1.ReasonReconciled, "no upgrade or restart under way")
 	}
 	ready, reason, msg := s.readiness(stale, progressReason, progressMsg)
 	set(extendedv1alpha1.ConditionReady, ready, reason, msg)
+	applyKstatus(ests, stale, set)
+}
+
+// applyKstatus sets the kstatus conditions from the Ready condition just decided, so that the three
+// cannot disagree: Stalled while only a change by the user lets the operator go on (the newest version is
+// stale, a referenced ConfigMap or Secret is missing and nothing else is under way, the API server
+// refuses a StatefulSet or Job built from the spec), else Reconciling while Ready is False (the operator
+// is working towards it or retrying an API error). Both are always present, with the Ready reason and
+// message when True. Every condition, also one this reconcile left as it was (Progressing after an
+// error, ZonesAvailable without a node count), was confirmed by a reconcile that observed this
+// generation, so each carries it: after a spec change none claims an older one, as kstatus expects.
+func applyKstatus(ests *extendedv1alpha1.ExtendedStatefulSet, stale bool, set func(string, bool, string, string)) {
+	ready := meta.FindStatusCondition(ests.Status.Conditions, extendedv1alpha1.ConditionReady)
+	waiting := ready.Status == metav1.ConditionFalse
+	stalled := waiting && (stale || ready.Reason == extendedv1alpha1.ReasonReferenceNotFound ||
+		ready.Reason == extendedv1alpha1.ReasonInvalidTemplate)
+	if stalled {
+		set(extendedv1alpha1.ConditionStalled, true, ready.Reason, ready.Message)
+	} else {
+		set(extendedv1alpha1.ConditionStalled, false, extendedv1alpha1.ReasonReconciled, "nothing waits for a change by the user")
+	}
+	if waiting && !stalled {
+		set(extendedv1alpha1.ConditionReconciling, true, ready.Reason, ready.Message)
+	} else {
+		set(extendedv1alpha1.ConditionReconciling, false, extendedv1alpha1.ReasonReconciled, "no work under way")
+	}
+	for i := range ests.Status.Conditions {
+		ests.Status.Conditions[i].ObservedGeneration = ests.Generation
+	}
 }
 
 // applyVersionStatus writes the observed generation, the selector, the versions with their replica
@@ -101,14 +138,14 @@ func (zs *zoneScope) versionCounts() (versions map[string]bool, replicas, ready 
 }
 
 // progress is the reason and message of Progressing=True, the first that applies: the error that ended
-// the reconcile ("ReconcileError", which leaves Progressing as it was), a wait, a phase of the newest
+// the reconcile (errReason, which leaves Progressing as it was), a wait, a phase of the newest
 // version, the post Job, the cleanup of lower versions, a configuration roll. "" when nothing is under
 // way.
 func (s *scope) progress(stale bool) (reason, msg string) {
 	n := s.newest
 	switch {
 	case s.errMessage != "":
-		return "ReconcileError", s.errMessage
+		return s.errReason(), s.errMessage
 	case s.waiting != "":
 		reason = extendedv1alpha1.ReasonPodsNotReady
 		if s.waitReason != "" {
@@ -140,26 +177,47 @@ func (s *scope) progress(stale bool) (reason, msg string) {
 	return "", ""
 }
 
+// missingMessage names the missing ConfigMaps and Secrets (MissingReference, and Ready and Stalled when
+// nothing else is under way).
+func missingMessage(missing []string) string {
+	return "referenced but missing: " + strings.Join(missing, ", ") + "; pods are not rolled until it exists"
+}
+
+// errReason is the condition reason of the error that ended the reconcile: InvalidTemplate when the API
+// server refused a StatefulSet or Job built from the spec (only a spec change helps), else ReconcileError
+// (retried).
+func (s *scope) errReason() string {
+	if s.invalidSpec {
+		return extendedv1alpha1.ReasonInvalidTemplate
+	}
+	return extendedv1alpha1.ReasonReconcileError
+}
+
 // readiness is the Ready condition: False for an error, a stale version, anything under way (the
 // progress reason), a missing reference or pods not Ready; else True.
 func (s *scope) readiness(stale bool, progressReason, progressMsg string) (ready bool, reason, msg string) {
 	switch {
 	case s.errMessage != "":
-		return false, "ReconcileError", s.errMessage
+		return false, s.errReason(), s.errMessage
 	case stale:
-		msg := fmt.Sprintf("%sversion %d is stale", s.prefix, s.newest.number)
-		if s.current != nil {
-			msg += fmt.Sprintf("; version %d serves", s.current.number)
-		}
-		reason, _, _ := strings.Cut(s.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
+		// The stale-reason annotation says what failed (the canaries, a Job by name), so that Ready and
+		// Stalled name it too.
+		reason, why, _ := strings.Cut(s.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
 		if reason == "" {
 			reason = extendedv1alpha1.ReasonCanaryFailed
+		}
+		msg := fmt.Sprintf("%sversion %d is stale", s.prefix, s.newest.number)
+		if why != "" {
+			msg += " (" + why + ")"
+		}
+		if s.current != nil {
+			msg += fmt.Sprintf("; version %d serves", s.current.number)
 		}
 		return false, reason, msg + "; change the template to try again"
 	case progressReason != "":
 		return false, progressReason, progressMsg
 	case len(s.missing) > 0:
-		return false, extendedv1alpha1.ReasonReferenceNotFound, "a referenced ConfigMap or Secret is missing"
+		return false, extendedv1alpha1.ReasonReferenceNotFound, missingMessage(s.missing)
 	case !s.allRolledOut():
 		return false, extendedv1alpha1.ReasonPodsNotReady, s.prefix + "not every pod is Ready"
 	case len(s.zones) > 0:
@@ -243,18 +301,31 @@ func (r *Reconciler) event(ests *extendedv1alpha1.ExtendedStatefulSet, related r
 	r.Recorder.Eventf(ests, related, eventType, reason, action, format, args...)
 }
 
-// waitingEvent records an Event when the ExtendedStatefulSet enters a waiting state (Ready turns False
-// or changes its reason: pods not Ready yet, a canary not Ready, an upgrade Job running, a missing
-// ConfigMap or Secret, a stale version, ...), once per entry, so kubectl describe says why it waits.
-// A Warning when only a change can unblock it (an error, a missing reference, a stale version).
-func (r *Reconciler) waitingEvent(ests, orig *extendedv1alpha1.ExtendedStatefulSet) {
+// waitingEvents records, once the status is written, an Event when the ExtendedStatefulSet enters a
+// waiting state, once per entry (opsutil.EventOnTransition), so kubectl describe says why it waits:
+//   - Stalled turning True, or naming another problem (a Warning: only a change by the user unblocks it:
+//     a missing ConfigMap or Secret, a stale version, a StatefulSet or Job the API server refuses);
+//   - else Ready turning False or changing its reason (pods not Ready yet, a canary not Ready, an
+//     upgrade Job running, a configuration roll, a zone waiting its turn: Normal; an API error the
+//     operator retries, ReconcileError: Warning);
+//   - MissingReference turning True while Ready waits for something else (an upgrade under way), since
+//     the missing object then names neither Stalled nor Ready.
+func (r *Reconciler) waitingEvents(ests, orig *extendedv1alpha1.ExtendedStatefulSet) {
+	before, after := orig.Status.Conditions, ests.Status.Conditions
+	// A Stalled message holds no counters (names, the API server's answer), so a new one is a new problem.
+	if opsutil.EventOnTransition(r.Recorder, ests, nil, before, after, opsutil.Transition{
+		Type: extendedv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Wait", CompareMessage: true,
+	}) || meta.IsStatusConditionTrue(after, extendedv1alpha1.ConditionStalled) {
+		return
+	}
 	eventType := corev1.EventTypeNormal
-	if c := meta.FindStatusCondition(ests.Status.Conditions, extendedv1alpha1.ConditionReady); c != nil &&
-		(c.Reason == "ReconcileError" || c.Reason == extendedv1alpha1.ReasonReferenceNotFound ||
-			meta.IsStatusConditionTrue(ests.Status.Conditions, extendedv1alpha1.ConditionStale)) {
+	if c := meta.FindStatusCondition(after, extendedv1alpha1.ConditionReady); c != nil && c.Reason == extendedv1alpha1.ReasonReconcileError {
 		eventType = corev1.EventTypeWarning
 	}
-	opsutil.EventOnTransition(r.Recorder, ests, nil, orig.Status.Conditions, ests.Status.Conditions, opsutil.Transition{
+	opsutil.EventOnTransition(r.Recorder, ests, nil, before, after, opsutil.Transition{
 		Type: extendedv1alpha1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
+	})
+	opsutil.EventOnTransition(r.Recorder, ests, nil, before, after, opsutil.Transition{
+		Type: extendedv1alpha1.ConditionMissingReference, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Wait", CompareMessage: true,
 	})
 }

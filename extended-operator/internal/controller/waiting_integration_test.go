@@ -53,3 +53,28 @@ func TestWaitingStatesHaveEvents(t *testing.T) {
 		}
 	}, wait, tick, "CanaryRollout Event while the canary is not Ready")
 }
+
+// A referenced ConfigMap deleted while an upgrade is under way does not change what Ready waits for
+// (the canary) and does not stall the upgrade, but MissingReference turning True has its own Warning
+// Event naming the ConfigMap, once.
+func TestMissingReferenceDuringUpgradeHasAnEvent(t *testing.T) {
+	startOperator(t, nil)
+	f := newFixture(t)
+	require.NoError(t, suite.Client.Create(t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "conf", Namespace: f.ns}, Data: map[string]string{"k": "v"}}))
+	ests := f.newESTS(3, "app:1")
+	ests.Spec.Template.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{
+		ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
+	f.startV1(ests)
+	f.setImage("app:2")
+	f.waitCondition(extendedv1alpha1.ConditionReady, metav1.ConditionFalse, extendedv1alpha1.ReasonCanaryRollout)
+
+	require.NoError(t, suite.Client.Delete(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "conf", Namespace: f.ns}}))
+	f.waitCondition(extendedv1alpha1.ConditionMissingReference, metav1.ConditionTrue, extendedv1alpha1.ReasonReferenceNotFound)
+	f.waitEvent(extendedv1alpha1.ReasonReferenceNotFound, "ConfigMap/conf")
+	assert.Equal(t, extendedv1alpha1.ReasonCanaryRollout, f.condition(extendedv1alpha1.ConditionReady).Reason)
+	assert.Equal(t, metav1.ConditionFalse, f.condition(extendedv1alpha1.ConditionStalled).Status, "the canary may still become Ready")
+	testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool {
+		return testsupport.Occurrences(testsupport.Events(t, suite.Client, f.ns, "ExtendedStatefulSet", f.name, extendedv1alpha1.ReasonReferenceNotFound)) != 1
+	}, "one Event for the missing ConfigMap")
+}

@@ -25,6 +25,18 @@ const (
 	// ConditionMissingReference is True when a ConfigMap or Secret referenced by the template does not
 	// exist (and is not optional); the message names it. Pods are not rolled into a broken state.
 	ConditionMissingReference = "MissingReference"
+	// ConditionStalled (kstatus, sigs.k8s.io/cli-utils/pkg/kstatus: Failed) is True when the operator
+	// cannot make progress without a change by the user: a referenced ConfigMap or Secret is missing
+	// (ReferenceNotFound), the newest version is stale (CanaryFailed, UpdateFailed, JobFailed for a
+	// failed pre upgrade Job, RolledBack), or the API server refuses the StatefulSet or upgrade Job built
+	// from the spec (InvalidTemplate). Its reason and message say which; what serves keeps serving, and
+	// the blocked step is tried again only once the spec (or the missing object) changes.
+	ConditionStalled = "Stalled"
+	// ConditionReconciling (kstatus: InProgress) is True while the operator works towards Ready: a new
+	// version's pre Job, canaries or remaining pods, a configuration roll, zones waiting their turn, the
+	// cleanup of lower versions, pods not Ready yet, or an API error it retries. Its reason and message are
+	// the Ready condition's. At most one of Stalled and Reconciling is True.
+	ConditionReconciling = "Reconciling"
 )
 
 // Condition reasons of an ExtendedStatefulSet.
@@ -60,4 +72,10 @@ const (
 	// ReasonZoneUpgrade: zones upgrade (and roll on configuration changes) one at a time; the message
 	// names the zone that waits and the zone it waits for.
 	ReasonZoneUpgrade = "ZoneUpgrade"
+	// ReasonInvalidTemplate: the API server refused an object built from the spec, a version's
+	// StatefulSet (spec.template) or an upgrade Job (spec.upgradeJobs); the message is its answer. The
+	// operator tries again only once the spec changes.
+	ReasonInvalidTemplate = "InvalidTemplate"
+	// ReasonReconcileError: an API call failed; the operator retries with backoff.
+	ReasonReconcileError = "ReconcileError"
 )
