@@ -518,11 +518,17 @@ type StatefulClusterStatus struct {
 	// +optional
 	Selector string `json:"selector,omitempty"`
 
-	// conditions describe the state in detail: "Ready" (the summary: replicas pods are live and Ready
-	// and no update is in progress), "Available" (at least spec.replicas pods are available),
-	// "Progressing" (pods are being created, replaced or updated), "ReplicaFailure" (a pod or claim could
-	// not be created or deleted), "MembershipHookFailed" and "Stalled" (a pod cannot start and replacing it
-	// cannot help: reason ClaimPending or Unschedulable).
+	// conditions describe the state in detail, each with the observedGeneration it was decided for:
+	// "Ready" (the summary: replicas pods are live and Ready, all of updateRevision, nothing being
+	// replaced; `kubectl wait --for=condition=Ready`), "Available" (at least spec.replicas pods are
+	// available), "Progressing" (pods are being created, retired, replaced or updated),
+	// "ReplicaFailure" (a pod or claim could not be created or deleted, or another write failed; retried),
+	// "MembershipHookFailed" (a hook with failurePolicy Fail is failing), and the kstatus conditions that
+	// Flux, Argo CD and kpt read (sigs.k8s.io/cli-utils/pkg/kstatus): "Reconciling" (True while the
+	// operator gets to the spec on its own: InProgress) and "Stalled" (True while it cannot without a
+	// change by the user: Failed; reason ClaimPending, Unschedulable, InvalidSelector, SelectorMismatch,
+	// InvalidTemplate or HookPortNotFound). At most one of the two is present; with neither, the
+	// StatefulCluster is Current. docs/cluster.md "Status" lists every reason.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
