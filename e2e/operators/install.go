@@ -47,16 +47,24 @@ func Install(ctx context.Context, k Kubectl, manifests []string) error {
 			return err
 		}
 	}
-	return waitCRDsEstablished(ctx, k, time.Minute)
+	return WaitCRDsEstablished(ctx, k, time.Minute)
 }
 
-// waitCRDsEstablished waits until every CRD is established. Right after an apply, `kubectl wait`
-// can read a CRD whose status the API server has not written yet and fail at once on the missing
-// conditions ("accessor error"), so that failure is retried until the timeout.
-func waitCRDsEstablished(ctx context.Context, k Kubectl, timeout time.Duration) error {
+// WaitCRDsEstablished waits until the named CRDs (every CRD when none is named) are established. Right
+// after an apply, `kubectl wait` can read a CRD whose status the API server has not written yet and
+// fail at once on the missing conditions ("accessor error"), so that failure is retried until the
+// timeout. Name the CRDs when others may be deleted meanwhile: waiting for all would race them.
+func WaitCRDsEstablished(ctx context.Context, k Kubectl, timeout time.Duration, crds ...string) error {
 	deadline := time.Now().Add(timeout)
+	target := []string{"crd", "--all"}
+	if len(crds) > 0 {
+		target = nil
+		for _, c := range crds {
+			target = append(target, "crd/"+c)
+		}
+	}
 	for {
-		out, err := k.Run(ctx, "wait", "--for=condition=Established", "--timeout="+timeout.String(), "crd", "--all")
+		out, err := k.Run(ctx, append([]string{"wait", "--for=condition=Established", "--timeout=" + timeout.String()}, target...)...)
 		if err == nil || !strings.Contains(out+err.Error(), "accessor error") || time.Now().After(deadline) {
 			return err
 		}

@@ -111,7 +111,7 @@ func runUninstallCase(t *testing.T, root string, c uninstallCase, onRealNode boo
 	start = time.Now()
 	ctx, cancel = context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	require.NoError(t, operators.Install(ctx, framework.Kubectl(), []string{manifest}), "kubectl apply -f deploy/%s.yaml", c.operator)
+	require.NoError(t, applyManifest(ctx, c, manifest), "kubectl apply -f deploy/%s.yaml", c.operator)
 	waitOperatorRunning(t, c.operator, 3*time.Minute)
 	if onRealNode {
 		assertOperatorOnRealNode(t, c.operator, opNamespace)
@@ -274,7 +274,7 @@ func restoreOperator(t *testing.T, c uninstallCase, manifest string) {
 			time.Sleep(time.Second)
 		}
 	}
-	if err := operators.Install(ctx, k, []string{manifest}); err != nil {
+	if err := applyManifest(ctx, c, manifest); err != nil {
 		t.Errorf("restore: kubectl apply -f %s: %v", manifest, err)
 		return
 	}
@@ -287,6 +287,15 @@ func restoreOperator(t *testing.T, c uninstallCase, manifest string) {
 			t.Errorf("restore: %v", err)
 		}
 	}
+}
+
+// applyManifest runs the README's install, `kubectl apply -f deploy/<operator>.yaml`, and waits until
+// the operator's CRD is established: only its own, as the other subtests delete theirs meanwhile.
+func applyManifest(ctx context.Context, c uninstallCase, manifest string) error {
+	if _, err := framework.Kubectl().Run(ctx, "apply", "-f", manifest); err != nil {
+		return err
+	}
+	return operators.WaitCRDsEstablished(ctx, framework.Kubectl(), time.Minute, c.crd)
 }
 
 func uninstallCases() []uninstallCase {
