@@ -98,10 +98,11 @@ func runUninstallCase(t *testing.T, root string, c uninstallCase, onRealNode boo
 			c.operator, uninstallBound, uninstallLeftovers(context.WithoutCancel(t.Context()), c, namespaces))
 	}
 	var left string
+	// What is left of the 60 s, and at least two polls when kubectl took (almost) all of it.
 	gone := assert.Eventually(t, func() bool {
 		left = uninstallLeftovers(t.Context(), c, namespaces)
 		return left == ""
-	}, uninstallBound-returned, framework.Tick)
+	}, max(uninstallBound-returned, 2*framework.Tick), framework.Tick/2)
 	require.True(t, gone, "within %s of kubectl delete -f deploy/%s.yaml: %s", uninstallBound, c.operator, left)
 	t.Logf("uninstall %s: %s (kubectl delete -f returned after %s)", c.operator,
 		time.Since(start).Round(time.Millisecond), returned.Round(time.Millisecond))
