@@ -73,7 +73,7 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	cached := mgr.GetCache()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulsetlock").
-		For(&leasev1.StatefulSetLock{}, builder.WithPredicates(opsutil.IgnoreOwnWrites[client.Object](r.writes), lockChanged())).
+		For(&leasev1.StatefulSetLock{}, builder.WithPredicates(r.forgetDeleted(), opsutil.IgnoreOwnWrites[client.Object](r.writes), lockChanged())).
 		WatchesRawSource(source.Kind(cached, &corev1.Pod{}, r.podHandler(), opsutil.IgnoreOwnWrites[*corev1.Pod](r.writes), podChanged())).
 		// Someone else's change of a Lease, or its deletion, is news; the operator's own writes are not.
 		WatchesRawSource(source.Kind(cached, &coordinationv1.Lease{}, r.leaseHandler(), opsutil.IgnoreOwnWrites[*coordinationv1.Lease](r.writes))).

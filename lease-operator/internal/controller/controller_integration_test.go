@@ -338,24 +338,6 @@ func TestStatefulSetMissing(t *testing.T) {
 	}, wait, tick)
 }
 
-// Deleting the lock removes every role label and epoch and deletes the Lease.
-func TestDeletionCleansUp(t *testing.T) {
-	f := newFixture(t)
-	f.createPods(3)
-	startOperator(t, nil)
-	f.createLock("lock", 10)
-	f.waitWriter("db-0", "1")
-
-	require.NoError(t, suite.Client.Delete(t.Context(), f.lock("lock")))
-	require.Eventually(t, func() bool {
-		return apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock"}, &leasev1.StatefulSetLock{}))
-	}, wait, tick)
-	roles, _ := f.roles()
-	assert.Equal(t, map[string]string{"db-0": "-", "db-1": "-", "db-2": "-"}, roles)
-	assert.Empty(t, f.pod("db-0").Annotations[leasev1.WriterEpochAnnotation])
-	assert.True(t, apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock-lease"}, &coordinationv1.Lease{})))
-}
-
 // A writer pod recreated under its name (new UID) is not the writer until elected again; every pod,
 // terminating or not Ready, carries a role label; a node going NotReady moves the writer.
 func TestRecreatedTerminatingAndNodeNotReady(t *testing.T) {

@@ -26,6 +26,32 @@ func hasRole(pod *corev1.Pod, role, epoch string) bool {
 // epochString is the writer-epoch annotation's value for a leaseTransitions count.
 func epochString(transitions int32) string { return strconv.FormatInt(int64(transitions), 10) }
 
+// labelledWriter returns the one pod labelled writer and its epoch, when a new lock finds the pods
+// as a deleted lock left them (its deletion keeps the labels, reconcileDelete): the new lock keeps
+// that writer, if it is still usable, instead of moving the role, and its epochs go on from the
+// pod's, so the fencing epoch still only grows across a re-install. Anything else (no writer, two,
+// an epoch that does not parse) is a fresh election from transitions.
+func labelledWriter(pods []corev1.Pod, transitions int32) (Holder, int32) {
+	var found *corev1.Pod
+	for i := range pods {
+		if pods[i].Labels[leasev1.RoleLabel] != leasev1.RoleWriter {
+			continue
+		}
+		if found != nil {
+			return Holder{}, transitions
+		}
+		found = &pods[i]
+	}
+	if found == nil {
+		return Holder{}, transitions
+	}
+	epoch, err := strconv.ParseInt(found.Annotations[leasev1.WriterEpochAnnotation], 10, 32)
+	if err != nil || int32(epoch) < transitions {
+		return Holder{}, transitions
+	}
+	return Holder{Name: found.Name, UID: found.UID}, int32(epoch)
+}
+
 // demote labels every pod but the writer `reader` and removes its fencing epoch. It runs before the
 // Lease moves and before any pod is labelled writer: when one of these patches fails, nobody is
 // promoted. A pod that is already gone needs no demotion.
@@ -124,17 +150,4 @@ func setOrDelete(m *map[string]string, key, value string) {
 		*m = map[string]string{}
 	}
 	(*m)[key] = value
-}
-
-// removeRoles removes the role label and the epoch from every pod (the lock is being deleted).
-func (r *Reconciler) removeRoles(ctx context.Context, pods []corev1.Pod) error {
-	for i := range pods {
-		if hasRole(&pods[i], "", "") {
-			continue
-		}
-		if err := r.setRole(ctx, &pods[i], "", "", false); err != nil {
-			return fmt.Errorf("removing the role of pod %s: %w", pods[i].Name, err)
-		}
-	}
-	return nil
 }

@@ -16,7 +16,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -53,6 +52,8 @@ type scope struct {
 	known       bool
 	writer      Holder
 	transitions int32
+	// switchoverPending says why a switchover the annotation asks for waits ("" when none waits).
+	switchoverPending string
 	// failoverReason is set when the writer changed in this reconcile.
 	failoverReason string
 	failoverTime   time.Time
@@ -72,12 +73,10 @@ func (s *scope) wait(state, message string, result reconcile.Result) {
 
 // Reconcile elects, labels and records the writer of one StatefulSetLock, or cleans up after it.
 func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLock) (_ reconcile.Result, reterr error) {
-	if lock.DeletionTimestamp.IsZero() {
-		if added, err := opsutil.EnsureFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
-			return reconcile.Result{}, err
-		} else if added {
-			r.writes.Wrote(lock)
-		}
+	if removed, err := opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
+		return reconcile.Result{}, err
+	} else if removed {
+		r.writes.Wrote(lock) // a lock of an older version: see reconcileDelete for why it has none now
 	}
 	s := r.newScope(lock)
 	defer func() { reterr = r.patchStatus(ctx, s, reterr) }()
@@ -96,7 +95,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLoc
 // reconcile decides again); any other error is the ReconcileError state.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) error {
 	if s.deleting {
-		return err // a lock being deleted keeps its last status until its finalizer is removed
+		return err // a lock being deleted keeps its last status: nothing is decided for it any more
 	}
 	if apierrors.IsConflict(err) {
 		return err
@@ -129,6 +128,13 @@ func (r *Reconciler) waitingEvent(lock *leasev1.StatefulSetLock, before []metav1
 	opsutil.EventOnTransition(r.Recorder, lock, nil, before, lock.Status.Conditions, opsutil.Transition{
 		Type: leasev1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
 	})
+	// A switchover that waits keeps a working writer (Ready stays True): its Event comes from the
+	// Reconciling condition, whose other reasons are already announced by Ready above.
+	if c := meta.FindStatusCondition(lock.Status.Conditions, ConditionReconciling); c != nil && c.Reason == ReasonSwitchoverPending {
+		opsutil.EventOnTransition(r.Recorder, lock, nil, before, lock.Status.Conditions, opsutil.Transition{
+			Type: ConditionReconciling, Status: metav1.ConditionTrue, EventType: corev1.EventTypeNormal, Action: "Wait",
+		})
+	}
 }
 
 // reconcileNormal runs one election and makes the pods and the Lease agree with it, in the order that
@@ -199,6 +205,9 @@ func (r *Reconciler) elect(ctx context.Context, s *scope) error {
 	if s.pods, err = r.listPods(ctx, lock); err != nil {
 		return err
 	}
+	if s.lease == nil && s.holder.Name == "" {
+		s.holder, s.leaseWrite.transitions = labelledWriter(s.pods, s.leaseWrite.transitions)
+	}
 	views, err := r.podViews(ctx, lock, s.pods, s.now)
 	if err != nil {
 		return err
@@ -245,6 +254,9 @@ func (r *Reconciler) moveLease(ctx context.Context, s *scope) error {
 	s.renewAfter = s.duration / 2
 	if s.lease != nil && s.decision.Writer.Name != "" {
 		due, s.renewAfter = renewal(s.lease, s.duration, s.now)
+	}
+	if s.lease == nil && s.decision.Writer.Name == "" {
+		return nil // a Lease exists only once there is a holder, as in the original operator
 	}
 	if leaseCurrent(s.lease, s.lock, s.leaseWrite) && (s.decision.Writer.Name == "" || !due) {
 		return nil
@@ -293,11 +305,18 @@ func (r *Reconciler) recordFailover(ctx context.Context, s *scope) {
 		"reason", s.failoverReason, "epoch", s.leaseWrite.transitions)
 }
 
-// endSwitchover removes the switchover annotation once the writer is its target.
+// endSwitchover removes the switchover annotation once the writer is its target; until then the
+// switchover waits (for its target to be Ready, on a Ready node, not terminating) and says so.
 func (r *Reconciler) endSwitchover(ctx context.Context, s *scope) error {
-	if target := s.lock.Annotations[leasev1.SwitchoverAnnotation]; target != "" && target == s.decision.Writer.Name {
+	target := s.lock.Annotations[leasev1.SwitchoverAnnotation]
+	switch {
+	case target == "":
+		return nil
+	case target == s.decision.Writer.Name:
 		return r.clearSwitchover(ctx, s.lock)
 	}
+	s.switchoverPending = fmt.Sprintf("Switchover to pod %s waits until it is Ready, not terminating and on a Ready node; %s stays the writer",
+		target, cmp.Or(s.decision.Writer.Name, "no pod"))
 	return nil
 }
 
@@ -315,47 +334,30 @@ func (r *Reconciler) schedule(s *scope) {
 	}
 }
 
-// reconcileDelete removes the role labels and the lock's Lease, then the finalizer. A lock that never
-// managed the pods (conflict with another lock or a foreign Lease) leaves them alone.
-func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
-	lock := s.lock
-	if !controllerutil.ContainsFinalizer(lock, leasev1.Finalizer) {
-		return nil
-	}
-	older, err := r.olderLock(ctx, lock)
-	if err != nil {
-		return err
-	}
-	lease, err := r.getLease(ctx, lock)
-	if err != nil {
-		return err
-	}
-	if older == "" && (lease == nil || ownedBy(lease, lock)) {
-		if err := r.releasePods(ctx, lock, lease); err != nil {
-			return err
-		}
-	}
-	if _, err := opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
-		return err
-	}
-	r.writes.Forget(lock)
-	r.written.forget(lock)
+// reconcileDelete does nothing to the pods: a lock has no finalizer, and its deletion leaves the
+// cluster in one documented state whether or not the operator runs (docs/lease.md, Uninstall).
+//
+// Why no finalizer: the cleanup it guarded (removing the role labels, deleting the Lease) does not
+// truly need the operator. The Lease is owned by its lock (a controller ownerReference), so the
+// garbage collector deletes it. The role labels are deliberately kept: the last writer stays labelled
+// writer, so Services selecting sts-role keep routing while no operator fails over (removing them
+// would cut every writer Service off the moment a lock is deleted). A finalizer instead wedged
+// `kubectl delete -f deploy/lease-operator.yaml` (the operator is gone before the CRD's locks, which
+// then keep its finalizer for ever) and could leave a lock half cleaned, one pod relabelled and the
+// others not, when the operator stopped in the middle.
+//
+// A lock being deleted reaches here only while another finalizer holds it (foreground deletion
+// waiting for the garbage collector to delete its Lease); the finalizer of an older version was
+// removed above.
+func (r *Reconciler) reconcileDelete(_ context.Context, s *scope) error {
+	r.forget(s.lock)
 	return nil
 }
 
-// releasePods removes the role labels from the StatefulSet's pods, then deletes the lock's Lease.
-func (r *Reconciler) releasePods(ctx context.Context, lock *leasev1.StatefulSetLock, lease *coordinationv1.Lease) error {
-	pods, err := r.listPods(ctx, lock)
-	if err != nil {
-		return err
-	}
-	if err := r.removeRoles(ctx, pods); err != nil {
-		return err
-	}
-	if lease == nil {
-		return nil
-	}
-	return r.deleteLease(ctx, lease)
+// forget drops what the process remembers about a lock that is going away.
+func (r *Reconciler) forget(lock *leasev1.StatefulSetLock) {
+	r.writes.Forget(lock)
+	r.written.forget(lock)
 }
 
 // clearSwitchover removes the switchover annotation once the writer is its target.

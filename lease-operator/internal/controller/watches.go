@@ -29,6 +29,17 @@ func lockChanged() predicate.Predicate {
 	}}
 }
 
+// forgetDeleted drops what the process remembers about a lock once it is deleted: a lock has no
+// finalizer, so its reconcile never sees it go.
+func (r *Reconciler) forgetDeleted() predicate.Predicate {
+	return predicate.Funcs{DeleteFunc: func(e event.DeleteEvent) bool {
+		if lock, ok := e.Object.(*leasev1.StatefulSetLock); ok {
+			r.forget(lock)
+		}
+		return true
+	}}
+}
+
 // podChanged lets through what can change the election or the labels: readiness, deletion, node, role
 // label and epoch. The operator's own label patches are dropped before it (opsutil.IgnoreOwnWrites).
 func podChanged() predicate.TypedPredicate[*corev1.Pod] {
