@@ -7,6 +7,18 @@
 // writer label; if a demotion cannot be written nobody is promoted. The Lease is the source of truth
 // and is read back after a restart, so the writer is sticky and the fencing epoch (the Lease's
 // leaseTransitions) only grows.
+//
+// Fencing across locks: a pod is labelled writer for Lease L only when no other pod of the namespace
+// is still labelled writer for L. Every pod the operator labels carries the lock it acts for (label
+// app.anukkrit.me/statefulsetlock) and the writer also the Lease's name (annotation
+// app.anukkrit.me/writer-lease). Before creating or taking L or labelling a writer (fence), the
+// namespace's writer pods are listed live from the API server: a writer for L labelled by another lock
+// that exists makes the lock wait (LeaseConflict); one labelled by a lock that no longer exists loses its
+// role labels first. When the operator finds a lock gone (its deletion, or a pod still naming it after a
+// re-install: reconcileGone), it removes the role labels of every pod that lock labelled, one patch per
+// pod, retried until none is left, and deletes its Lease if the garbage collector has not. A lock has no
+// finalizer: its deletion never waits for the operator (docs/lease.md, Uninstall), and the finalizer an
+// older version set is removed on sight.
 package controller
 
 import (
@@ -18,7 +30,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -79,7 +90,7 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(cached, &coordinationv1.Lease{}, r.leaseHandler(), opsutil.IgnoreOwnWrites[*coordinationv1.Lease](r.writes))).
 		WatchesRawSource(source.Kind(cached, statefulSetMeta(""), r.statefulSetHandler(), statefulSetPredicate())).
 		WatchesRawSource(source.Kind(cached, &corev1.Node{}, r.nodeHandler(), r.nodePredicate())).
-		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
+		Complete(r)
 }
 
 // indexFields adds the field indexes the map functions and the reconcile list by: pods by StatefulSet

@@ -11,11 +11,14 @@ import (
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
 
-// A new lock adopts the one pod a deleted lock left labelled writer, with its epoch; anything less
-// clear is a fresh election.
+// A new lock adopts the one pod a deleted lock of its name (or an older version) left labelled writer,
+// with its epoch; anything less clear, or another lock's writer, is a fresh election.
 func TestLabelledWriter(t *testing.T) {
-	pod := func(name, role, epoch string) corev1.Pod {
+	pod := func(name, role, epoch string, lock ...string) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, UID: k8stypes.UID("uid-" + name), Labels: map[string]string{}, Annotations: map[string]string{}}}
+		for _, l := range lock {
+			p.Labels[leasev1.LockLabel] = l
+		}
 		if role != "" {
 			p.Labels[leasev1.RoleLabel] = role
 		}
@@ -34,13 +37,15 @@ func TestLabelledWriter(t *testing.T) {
 		{"no labels", []corev1.Pod{pod("db-0", "", ""), pod("db-1", "", "")}, 0, Holder{}, 0},
 		{"readers only", []corev1.Pod{pod("db-0", leasev1.RoleReader, ""), pod("db-1", leasev1.RoleReader, "")}, 3, Holder{}, 3},
 		{"one writer", []corev1.Pod{pod("db-0", leasev1.RoleReader, ""), pod("db-1", leasev1.RoleWriter, "7")}, 0, Holder{Name: "db-1", UID: "uid-db-1"}, 7},
+		{"one writer of this lock", []corev1.Pod{pod("db-0", leasev1.RoleReader, "", "lock"), pod("db-1", leasev1.RoleWriter, "7", "lock")}, 0, Holder{Name: "db-1", UID: "uid-db-1"}, 7},
+		{"one writer of another lock", []corev1.Pod{pod("db-0", leasev1.RoleReader, "", "old"), pod("db-1", leasev1.RoleWriter, "7", "old")}, 2, Holder{}, 2},
 		{"two writers", []corev1.Pod{pod("db-0", leasev1.RoleWriter, "6"), pod("db-1", leasev1.RoleWriter, "7")}, 0, Holder{}, 0},
 		{"epoch missing", []corev1.Pod{pod("db-0", leasev1.RoleWriter, "")}, 0, Holder{}, 0},
 		{"epoch not a number", []corev1.Pod{pod("db-0", leasev1.RoleWriter, "x")}, 0, Holder{}, 0},
 		{"epoch behind the lock's", []corev1.Pod{pod("db-0", leasev1.RoleWriter, "2")}, 5, Holder{}, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, epoch := labelledWriter(tc.pods, tc.transitions)
+			got, epoch := labelledWriter(tc.pods, "lock", tc.transitions)
 			assert.Equal(t, tc.want, got)
 			assert.Equal(t, tc.wantEpoch, epoch)
 		})

@@ -105,3 +105,14 @@ func leaseCurrent(lease *coordinationv1.Lease, lock *leasev1.StatefulSetLock, w 
 		ptr.Deref(lease.Spec.LeaseTransitions, 0) == w.transitions &&
 		ptr.Deref(lease.Spec.LeaseDurationSeconds, 0) == lock.Spec.LeaseDurationSeconds
 }
+
+func setOrDelete(m *map[string]string, key, value string) {
+	if value == "" {
+		delete(*m, key)
+		return
+	}
+	if *m == nil {
+		*m = map[string]string{}
+	}
+	(*m)[key] = value
+}

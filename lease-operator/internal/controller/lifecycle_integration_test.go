@@ -107,24 +107,24 @@ func TestSwitchoverPendingIsReportedOnce(t *testing.T) {
 	require.NoError(t, suite.Client.Update(t.Context(), lock))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		lock := f.lock("lock")
-		rec := condition(lock, ConditionReconciling)
+		rec := condition(lock, leasev1.ConditionReconciling)
 		assert.Equal(c, metav1.ConditionTrue, rec.Status)
-		assert.Equal(c, ReasonSwitchoverPending, rec.Reason)
+		assert.Equal(c, leasev1.ReasonSwitchoverPending, rec.Reason)
 		assert.Contains(c, rec.Message, "Switchover to pod db-1 waits")
 		assert.Equal(c, metav1.ConditionTrue, condition(lock, leasev1.ConditionReady).Status, "the writer still works")
 		res, err := status.Compute(unstructuredLock(t, lock))
 		require.NoError(c, err)
 		assert.Equal(c, status.InProgressStatus, res.Status)
-		assert.Len(c, typed(testsupport.Events(t, suite.Client, f.ns, "StatefulSetLock", "lock", ReasonSwitchoverPending), corev1.EventTypeNormal), 1)
+		assert.Len(c, typed(testsupport.Events(t, suite.Client, f.ns, "StatefulSetLock", "lock", leasev1.ReasonSwitchoverPending), corev1.EventTypeNormal), 1)
 	}, wait, tick)
-	staysOneEvent(t, f.ns, map[string]string{"lock": ReasonSwitchoverPending})
+	staysOneEvent(t, f.ns, map[string]string{"lock": leasev1.ReasonSwitchoverPending})
 
 	f.setReady("db-1", true)
 	f.waitWriter("db-1", "2")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		lock := f.lock("lock")
 		assert.Empty(c, lock.Annotations[leasev1.SwitchoverAnnotation])
-		assert.Equal(c, metav1.ConditionFalse, condition(lock, ConditionReconciling).Status)
+		assert.Equal(c, metav1.ConditionFalse, condition(lock, leasev1.ConditionReconciling).Status)
 		res, err := status.Compute(unstructuredLock(t, lock))
 		require.NoError(c, err)
 		assert.Equal(c, status.CurrentStatus, res.Status)
@@ -179,16 +179,19 @@ func TestKstatusReadsTheLock(t *testing.T) {
 	f.createPod(1, true)
 	f.setReady("db-0", false) // the writer waits out failoverDelaySeconds: a failover in progress
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Equal(c, leasev1.ReasonFailoverDelayed, condition(f.lock("lock"), ConditionReconciling).Reason)
+		assert.Equal(c, leasev1.ReasonFailoverDelayed, condition(f.lock("lock"), leasev1.ConditionReconciling).Reason)
 		assert.Equal(c, status.InProgressStatus, compute(c, "lock"))
 	}, wait, tick)
 }
 
-// Deleting a lock completes at once, with or without the operator: it has no finalizer. The pods keep
-// their role labels and the writer its epoch (one consistent state, never half cleaned), and the
-// Lease is left to the garbage collector through its controller ownerReference (envtest runs no
-// garbage collector, so the test asserts the reference the collector follows).
-func TestDeletionKeepsTheLabelsAndLeavesTheLeaseToTheGarbageCollector(t *testing.T) {
+// Deleting a lock completes at once, with or without the operator: it has no finalizer. Deleted while
+// no operator runs (as `kubectl delete -f deploy/lease-operator.yaml` removes the operator first), the
+// pods keep their role labels and the writer its epoch (one consistent state, never half cleaned), and
+// the Lease is left to the garbage collector through its controller ownerReference (envtest runs no
+// garbage collector, so the test asserts the reference the collector follows). A lock of the same name
+// created again before the operator starts (a re-install applying everything at once) keeps the
+// labelled writer and goes on from its epoch.
+func TestDeletionWithoutTheOperatorKeepsTheLabelsAndLeavesTheLeaseToTheGarbageCollector(t *testing.T) {
 	f := newFixture(t)
 	f.createPods(3)
 	op := startOperator(t, nil)
@@ -216,12 +219,14 @@ func TestDeletionKeepsTheLabelsAndLeavesTheLeaseToTheGarbageCollector(t *testing
 	assert.Equal(t, map[string]string{"db-0": leasev1.RoleReader, "db-1": leasev1.RoleWriter, "db-2": leasev1.RoleReader}, roles)
 	assert.Equal(t, "2", epoch)
 
-	// What the garbage collector does; then a new lock (a re-install) keeps the labelled writer, which
-	// is healthy, and goes on from its epoch: no needless move, and the epoch never goes back.
+	// What the garbage collector does; then a new lock of the same name (a re-install) keeps the
+	// labelled writer, which is healthy, and goes on from its epoch: no needless move, and the epoch
+	// never goes back. It exists before the operator starts: an operator that finds no lock of that
+	// name removes the labels instead (TestOrphanLabelsAreRemovedOnStart).
 	require.NoError(t, suite.Client.Delete(t.Context(), lease))
 	writers := watchWriters(t, f.ns)
-	startOperator(t, nil)
 	f.createLock("lock", 10)
+	startOperator(t, nil)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, metav1.ConditionTrue, condition(f.lock("lock"), leasev1.ConditionReady).Status)
 		assert.Equal(c, "db-1", f.lock("lock").Status.WriterPod)
@@ -235,7 +240,8 @@ func TestDeletionKeepsTheLabelsAndLeavesTheLeaseToTheGarbageCollector(t *testing
 }
 
 // A lock of an older version carries the finalizer; the operator removes it on sight, whether the
-// lock lives on or is being deleted, and cleans nothing on the way (the labels stay as documented).
+// lock lives on or is being deleted; once the deleted lock is gone, its pods lose their role labels
+// (reconcileGone) as those of any lock deleted while the operator runs.
 func TestLegacyFinalizerIsRemovedOnSight(t *testing.T) {
 	f := newFixture(t)
 	f.createPods(2)
@@ -255,8 +261,10 @@ func TestLegacyFinalizerIsRemovedOnSight(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(suite.Client.Get(t.Context(), key(lock), &leasev1.StatefulSetLock{}))
 	}, wait, tick)
-	roles, _ := f.roles()
-	assert.Equal(t, map[string]string{"db-0": leasev1.RoleWriter, "db-1": leasev1.RoleReader}, roles)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		roles, _ := f.roles()
+		assert.Equal(c, map[string]string{"db-0": "-", "db-1": "-"}, roles)
+	}, wait, tick)
 }
 
 // unstructuredLock is the lock as kstatus reads it, from its JSON.

@@ -22,21 +22,6 @@ var (
 	}, []string{"reason"})
 )
 
-// The kstatus conditions (sigs.k8s.io/cli-utils/pkg/kstatus), beside Ready: tools that read them (Flux,
-// kpt, kubectl-based deploy tools) tell a broken lock (Failed) from one still getting there
-// (InProgress). Defined here until the API package carries them.
-const (
-	// ConditionStalled is True when the lock cannot make progress without a change by the user.
-	ConditionStalled = "Stalled"
-	// ConditionReconciling is True while the lock is getting to a working writer: an election or a
-	// failover pending (no Ready pod yet, a delayed failover) or an error the operator retries.
-	ConditionReconciling = "Reconciling"
-)
-
-// ReasonSwitchoverPending (condition Reconciling) says that the switchover annotation names a pod that
-// cannot take the writer role yet; the writer stays where it is meanwhile.
-const ReasonSwitchoverPending = "SwitchoverPending"
-
 // stalledStates need the user: another lock manages the StatefulSet, the StatefulSet does not exist,
 // or the Lease belongs to someone else. The operator keeps looking, and the lock recovers on its own
 // once the user has fixed it.
@@ -82,14 +67,14 @@ func applyStatus(o *scope) {
 			Type: condType, Status: s, Reason: o.state, Message: message, ObservedGeneration: lock.Generation,
 		})
 	}
-	set(ConditionStalled, stalledStates[o.state])
+	set(leasev1.ConditionStalled, stalledStates[o.state])
 	if o.switchoverPending != "" && o.state == leasev1.ReasonAvailable {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: ConditionReconciling, Status: metav1.ConditionTrue, Reason: ReasonSwitchoverPending,
+			Type: leasev1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: leasev1.ReasonSwitchoverPending,
 			Message: o.switchoverPending, ObservedGeneration: lock.Generation,
 		})
 	} else {
-		set(ConditionReconciling, reconcilingStates[o.state])
+		set(leasev1.ConditionReconciling, reconcilingStates[o.state])
 	}
 	if o.state == leasev1.ReasonReconcileError {
 		// The election state is unknown: keep Available and Progressing as they were.

@@ -123,14 +123,20 @@ func (f *fixture) createPod(ordinal int, ready bool) *corev1.Pod {
 }
 
 func (f *fixture) createPodOn(ordinal int, ready bool, node string) *corev1.Pod {
-	name := fmt.Sprintf("db-%d", ordinal)
+	return f.createPodOf(f.sts, ordinal, ready, node)
+}
+
+// createPodOf creates pod <sts>-<ordinal> of that StatefulSet on the node, as the StatefulSet controller
+// and kubelet would.
+func (f *fixture) createPodOf(sts *appsv1.StatefulSet, ordinal int, ready bool, node string) *corev1.Pod {
+	name := fmt.Sprintf("%s-%d", sts.Name, ordinal)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns,
-			Labels: map[string]string{"app": "db", appsv1.StatefulSetPodNameLabel: name},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: f.sts.Name, UID: f.sts.UID,
+			Labels: map[string]string{"app": sts.Name, appsv1.StatefulSetPodNameLabel: name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 		},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "db"}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: sts.Name}}},
 	}
 	require.NoError(f.t, suite.Client.Create(f.t.Context(), pod))
 	f.setReady(name, ready)
