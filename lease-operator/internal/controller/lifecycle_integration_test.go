@@ -181,7 +181,10 @@ func TestKstatusReadsTheLock(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.Equal(c, leasev1.ReasonFailoverDelayed, condition(f.lock("lock"), leasev1.ConditionReconciling).Reason)
 		assert.Equal(c, status.InProgressStatus, compute(c, "lock"))
+		// A waiting state: one Normal Event (kubectl describe says why the writer has not moved).
+		assert.Len(c, typed(testsupport.Events(t, suite.Client, f.ns, "StatefulSetLock", "lock", leasev1.ReasonFailoverDelayed), corev1.EventTypeNormal), 1)
 	}, wait, tick)
+	staysOneEvent(t, f.ns, map[string]string{"lock": leasev1.ReasonFailoverDelayed})
 }
 
 // Deleting a lock completes at once, with or without the operator: it has no finalizer. Deleted while
