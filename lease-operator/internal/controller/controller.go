@@ -22,6 +22,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -40,6 +41,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// Its own CRD, read only to tell an uninstall from the deletion of one lock (reconcileGone).
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,resourceNames=statefulsetlocks.app.anukkrit.me,verbs=get
 
 // Field indexes.
 const (
@@ -61,12 +64,21 @@ type Reconciler struct {
 	// each causes does not wake the controller: quiet at rest, a Lease renewal is not news.
 	writes  *opsutil.WriteTracker
 	written *writtenConditions
+	// lockCRD is the name of the StatefulSetLock CRD: while it is being deleted (an uninstall), the
+	// labels of the locks it takes with it are kept (reconcileGone).
+	lockCRD string
 }
 
 // Options configure the controller; the zero value is what production runs.
 type Options struct {
 	opsutil.Overrides
+	// LockCRD overrides the name of the StatefulSetLock CRD the controller checks for an uninstall
+	// (tests: a CRD that does not exist reads as an uninstall).
+	LockCRD string
 }
+
+// lockCRDName is the StatefulSetLock CRD's name.
+var lockCRDName = "statefulsetlocks." + leasev1.GroupVersion.Group
 
 // Setup registers the StatefulSetLock controller with the manager, whose cache CacheOptions
 // scopes.
@@ -80,6 +92,7 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		obs:     newObservations(),
 		writes:  opsutil.NewWriteTracker(),
 		written: newWrittenConditions(),
+		lockCRD: cmp.Or(opts.LockCRD, lockCRDName),
 	}
 	cached := mgr.GetCache()
 	return ctrl.NewControllerManagedBy(mgr).

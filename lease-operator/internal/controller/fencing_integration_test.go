@@ -3,7 +3,9 @@
 package controller
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -149,4 +152,22 @@ func (f *fixture) createStatefulSetNamed(name string) *appsv1.StatefulSet {
 	sts.Spec.Template.Labels = map[string]string{"app": name}
 	require.NoError(f.t, suite.Client.Create(f.t.Context(), sts))
 	return sts
+}
+
+// During an uninstall the locks go with their CRD while the operator stops: an operator that sees a
+// lock deleted while the StatefulSetLock CRD is being deleted, or gone, keeps its labels as they were
+// (docs/lease.md, Uninstall). Here the operator is told to check a CRD that does not exist.
+func TestLabelsAreKeptWhenTheCRDGoes(t *testing.T) {
+	f := newFixture(t)
+	f.createPods(2)
+	opts := Options{LockCRD: "statefulsetlocks.uninstalled.example.com"}
+	suite.StartManager(t, func(ctx context.Context, mgr ctrl.Manager) error { return opts.Setup(ctx, mgr) },
+		func(o *ctrl.Options) { CacheOptions(&o.Cache) })
+	f.createLock("lock", 10)
+	f.waitWriter("db-0", "1")
+	require.NoError(t, suite.Client.Delete(t.Context(), f.lock("lock")))
+	testsupport.NeverWithin(t, 2*time.Second, 50*time.Millisecond, func() bool {
+		roles, epoch := f.roles()
+		return roles["db-0"] != leasev1.RoleWriter || roles["db-1"] != leasev1.RoleReader || epoch != "1"
+	}, "the labels of a lock deleted with its CRD changed")
 }

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -418,9 +419,18 @@ func (r *Reconciler) reconcileDelete(_ context.Context, s *scope) error {
 // pod it labelled, one patch per pod, retried (the reconcile's error) until none is left, then its Lease
 // if the garbage collector has not deleted it yet. The labels go first: a lock that shares the Lease
 // waits for it, and fence checks the labels again before electing.
+//
+// During an uninstall (the StatefulSetLock CRD being deleted, or gone) nothing is removed: the locks go
+// with their CRD while the operator is stopping, and its cleanup would be cut off half-way (by its own
+// termination, by its RBAC being deleted); the labels are kept as they were, for every lock, as
+// docs/lease.md (Uninstall) states, and the garbage collector deletes the Leases. A re-installed
+// operator removes them (the pods still name their lock).
 func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName) error {
 	if exists, err := r.lockExists(ctx, key.Namespace, key.Name); err != nil || exists {
 		return err // the cache is behind a lock just created: its own event reconciles it
+	}
+	if uninstall, err := r.uninstalling(ctx); err != nil || uninstall {
+		return err
 	}
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabels{leasev1.LockLabel: key.Name}); err != nil {
@@ -469,6 +479,24 @@ func (r *Reconciler) removeRole(ctx context.Context, pod *corev1.Pod, by *leasev
 	}
 	ctrl.LoggerFrom(ctx).Info("Removed the role labels of a deleted lock's pod", "pod", pod.Name, "role", wasRole, "statefulSetLock", gone)
 	return nil
+}
+
+// uninstalling reports whether the StatefulSetLock CRD is being deleted or is gone, read live.
+func (r *Reconciler) uninstalling(ctx context.Context) (bool, error) {
+	crd := &metav1.PartialObjectMetadata{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	err := r.APIReader.Get(ctx, types.NamespacedName{Name: r.lockCRD}, crd)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading CustomResourceDefinition %s: %w", r.lockCRD, err)
+	}
+	if !crd.DeletionTimestamp.IsZero() {
+		ctrl.LoggerFrom(ctx).Info("The StatefulSetLock CRD is being deleted: the role labels of deleted locks are kept")
+		return true, nil
+	}
+	return false, nil
 }
 
 // lockExists reads the lock from the API server: whether a lock exists decides whether labels are
