@@ -81,9 +81,7 @@ func TestElectionFailoverSwitchoverAndStickinessAfterDowntime(t *testing.T) {
 	testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool { roles, _ := f.roles(); return roles["db-1"] != leasev1.RoleWriter })
 
 	// Planned switchover to db-2; the annotation is removed once done.
-	lock := f.lock("lock")
-	lock.Annotations = map[string]string{leasev1.SwitchoverAnnotation: "db-2"}
-	require.NoError(t, suite.Client.Update(t.Context(), lock))
+	f.switchover("lock", "db-2")
 	f.waitWriter("db-2", "3")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		lock := f.lock("lock")
@@ -372,9 +370,7 @@ func TestRecreatedTerminatingAndNodeNotReady(t *testing.T) {
 	// A third pod on node-b becomes the writer (switchover), then node-b goes NotReady: its pod's Ready
 	// is still True in the API, the node's condition moves the writer.
 	f.createPodOn(2, true, "node-b")
-	lock := f.lock("lock")
-	lock.Annotations = map[string]string{leasev1.SwitchoverAnnotation: "db-2"}
-	require.NoError(t, suite.Client.Update(t.Context(), lock))
+	f.switchover("lock", "db-2")
 	f.waitWriter("db-2", "")
 	ensureNode(t, "node-b", false)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

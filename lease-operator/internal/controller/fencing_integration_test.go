@@ -43,6 +43,7 @@ func TestTwoLocksSharingALeaseNeverHaveTwoWriters(t *testing.T) {
 		assert.Equal(c, leasev1.ReasonLeaseConflict, condition(f.lock("other-lock"), leasev1.ConditionReady).Reason)
 		assert.Len(c, typed(testsupport.Events(t, suite.Client, f.ns, "StatefulSetLock", "other-lock", leasev1.ReasonLeaseConflict), corev1.EventTypeWarning), 1)
 	}, wait, tick)
+	staysOneEvent(t, f.ns, map[string]string{"other-lock": leasev1.ReasonLeaseConflict}) // kubectl describe: one per entry
 
 	lease := f.lease("shared")
 	require.NoError(t, suite.Client.Delete(t.Context(), f.lock("db-lock")))

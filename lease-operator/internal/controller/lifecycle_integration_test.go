@@ -102,9 +102,7 @@ func TestSwitchoverPendingIsReportedOnce(t *testing.T) {
 	f.createLock("lock", 2)
 	f.waitWriter("db-0", "1")
 
-	lock := f.lock("lock")
-	lock.Annotations = map[string]string{leasev1.SwitchoverAnnotation: "db-1"}
-	require.NoError(t, suite.Client.Update(t.Context(), lock))
+	f.switchover("lock", "db-1")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		lock := f.lock("lock")
 		rec := condition(lock, leasev1.ConditionReconciling)

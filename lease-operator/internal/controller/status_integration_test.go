@@ -44,9 +44,7 @@ func TestStatusNeverContradictsTheCluster(t *testing.T) {
 	f.setReady("db-1", false) // failover: lowest Ready ordinal
 	f.waitWriter("db-0", "2")
 	f.setReady("db-1", true)
-	lock := f.lock("lock")
-	lock.Annotations = map[string]string{leasev1.SwitchoverAnnotation: "db-2"}
-	require.NoError(t, suite.Client.Update(t.Context(), lock))
+	f.switchover("lock", "db-2")
 	f.waitWriter("db-2", "3")
 
 	other := f.createStatefulSetNamed("other")

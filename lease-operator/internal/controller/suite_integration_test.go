@@ -184,6 +184,17 @@ func (f *fixture) lock(name string) *leasev1.StatefulSetLock {
 	return lock
 }
 
+// switchover asks for a planned switchover of the lock to the pod (retrying when the operator's status
+// write came in between the read and the update).
+func (f *fixture) switchover(lock, pod string) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l := f.lock(lock)
+		l.Annotations = map[string]string{leasev1.SwitchoverAnnotation: pod}
+		return suite.Client.Update(f.t.Context(), l)
+	}))
+}
+
 func (f *fixture) lease(name string) *coordinationv1.Lease {
 	lease := &coordinationv1.Lease{}
 	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, lease))
