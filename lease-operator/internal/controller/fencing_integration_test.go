@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 	"github.com/statefulops/statefulops/shared/testsupport"
@@ -171,4 +173,31 @@ func TestLabelsAreKeptWhenTheCRDGoes(t *testing.T) {
 		roles, epoch := f.roles()
 		return roles["db-0"] != leasev1.RoleWriter || roles["db-1"] != leasev1.RoleReader || epoch != "1"
 	}, "the labels of a lock deleted with its CRD changed")
+}
+
+// The cleanup of a deleted lock is one patch per pod; a patch that fails is retried (with the
+// controller's backoff) until no pod is left labelled for the lock, so the labels never stay half
+// removed.
+func TestDeletedLockCleanupIsRetriedUntilNoneIsLeft(t *testing.T) {
+	f := newFixture(t)
+	f.createPods(3)
+	var failDB1 atomic.Bool
+	startOperator(t, &interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.Pod); ok && obj.GetName() == "db-1" && failDB1.Load() {
+				return injected()
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	f.createLock("lock", 10)
+	f.waitWriter("db-0", "1")
+
+	failDB1.Store(true)
+	require.NoError(t, suite.Client.Delete(t.Context(), f.lock("lock")))
+	f.waitRoles(map[string]string{"db-0": "-", "db-1": leasev1.RoleReader, "db-2": "-"})
+	time.Sleep(time.Second) // retried meanwhile, failing
+	failDB1.Store(false)
+	f.waitRoles(map[string]string{"db-0": "-", "db-1": "-", "db-2": "-"})
+	assert.NotContains(t, f.pod("db-1").Labels, leasev1.LockLabel)
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -416,9 +417,10 @@ func (r *Reconciler) reconcileDelete(_ context.Context, s *scope) error {
 
 // reconcileGone removes what a lock that no longer exists left behind, when the operator learns of it
 // (the lock's deletion, or a pod that still names it, e.g. after a re-install): the role labels of every
-// pod it labelled, one patch per pod, retried (the reconcile's error) until none is left, then its Lease
-// if the garbage collector has not deleted it yet. The labels go first: a lock that shares the Lease
-// waits for it, and fence checks the labels again before electing.
+// pod it labelled, one patch per pod (one that fails does not hold the others back), retried (the
+// reconcile's error) until none is left, then its Lease if the garbage collector has not deleted it
+// yet. The labels go first: a lock that shares the Lease waits for it, and fence checks the labels
+// again before electing.
 //
 // During an uninstall (the StatefulSetLock CRD being deleted, or gone) nothing is removed: the locks go
 // with their CRD while the operator is stopping, and its cleanup would be cut off half-way (by its own
@@ -436,10 +438,12 @@ func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabels{leasev1.LockLabel: key.Name}); err != nil {
 		return fmt.Errorf("listing the pods of deleted StatefulSetLock %s: %w", key.Name, err)
 	}
+	var errs []error // one pod that cannot be patched does not hold the others back
 	for i := range pods.Items {
-		if err := r.removeRole(ctx, &pods.Items[i], nil); err != nil {
-			return err
-		}
+		errs = append(errs, r.removeRole(ctx, &pods.Items[i], nil))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	var leases coordinationv1.LeaseList
 	if err := r.APIReader.List(ctx, &leases, client.InNamespace(key.Namespace), client.MatchingLabels{leasev1.LockLabel: key.Name}); err != nil {
