@@ -9,7 +9,10 @@ import (
 	"github.com/statefulops/statefulops/shared/manager"
 )
 
-// The operator reads and writes its own kind and records Events about it.
+// The operator reads and writes its own kind and records Events about it. A lock has no finalizer any
+// more (the operator only removes an older version's); statefulsetlocks/finalizers stays because the
+// Lease's ownerReference sets blockOwnerDeletion, which the API server allows only to who may update
+// the owner's finalizers.
 // +kubebuilder:rbac:groups=app.anukkrit.me,resources=statefulsetlocks,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=app.anukkrit.me,resources=statefulsetlocks/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=app.anukkrit.me,resources=statefulsetlocks/finalizers,verbs=update

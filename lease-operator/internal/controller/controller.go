@@ -7,9 +7,22 @@
 // writer label; if a demotion cannot be written nobody is promoted. The Lease is the source of truth
 // and is read back after a restart, so the writer is sticky and the fencing epoch (the Lease's
 // leaseTransitions) only grows.
+//
+// Fencing across locks: a pod is labelled writer for Lease L only when no other pod of the namespace
+// is still labelled writer for L. Every pod the operator labels carries the lock it acts for (label
+// app.anukkrit.me/statefulsetlock) and the writer also the Lease's name (annotation
+// app.anukkrit.me/writer-lease). Before creating or taking L or labelling a writer (fence), the
+// namespace's writer pods are listed live from the API server: a writer for L labelled by another lock
+// that exists makes the lock wait (LeaseConflict); one labelled by a lock that no longer exists loses its
+// role labels first. When the operator finds a lock gone (its deletion, or a pod still naming it after a
+// re-install: reconcileGone), it removes the role labels of every pod that lock labelled, one patch per
+// pod, retried until none is left, and deletes its Lease if the garbage collector has not. A lock has no
+// finalizer: its deletion never waits for the operator (docs/lease.md, Uninstall), and the finalizer an
+// older version set is removed on sight.
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -18,7 +31,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -29,6 +41,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// Its own CRD, read only to tell an uninstall from the deletion of one lock (reconcileGone).
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,resourceNames=statefulsetlocks.app.anukkrit.me,verbs=get
 
 // Field indexes.
 const (
@@ -50,12 +64,21 @@ type Reconciler struct {
 	// each causes does not wake the controller: quiet at rest, a Lease renewal is not news.
 	writes  *opsutil.WriteTracker
 	written *writtenConditions
+	// lockCRD is the name of the StatefulSetLock CRD: while it is being deleted (an uninstall), the
+	// labels of the locks it takes with it are kept (reconcileGone).
+	lockCRD string
 }
 
 // Options configure the controller; the zero value is what production runs.
 type Options struct {
 	opsutil.Overrides
+	// LockCRD overrides the name of the StatefulSetLock CRD the controller checks for an uninstall
+	// (tests: a CRD that does not exist reads as an uninstall).
+	LockCRD string
 }
+
+// lockCRDName is the StatefulSetLock CRD's name.
+var lockCRDName = "statefulsetlocks." + leasev1.GroupVersion.Group
 
 // Setup registers the StatefulSetLock controller with the manager, whose cache CacheOptions
 // scopes.
@@ -69,17 +92,18 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		obs:     newObservations(),
 		writes:  opsutil.NewWriteTracker(),
 		written: newWrittenConditions(),
+		lockCRD: cmp.Or(opts.LockCRD, lockCRDName),
 	}
 	cached := mgr.GetCache()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulsetlock").
-		For(&leasev1.StatefulSetLock{}, builder.WithPredicates(opsutil.IgnoreOwnWrites[client.Object](r.writes), lockChanged())).
+		For(&leasev1.StatefulSetLock{}, builder.WithPredicates(r.forgetDeleted(), opsutil.IgnoreOwnWrites[client.Object](r.writes), lockChanged())).
 		WatchesRawSource(source.Kind(cached, &corev1.Pod{}, r.podHandler(), opsutil.IgnoreOwnWrites[*corev1.Pod](r.writes), podChanged())).
 		// Someone else's change of a Lease, or its deletion, is news; the operator's own writes are not.
 		WatchesRawSource(source.Kind(cached, &coordinationv1.Lease{}, r.leaseHandler(), opsutil.IgnoreOwnWrites[*coordinationv1.Lease](r.writes))).
 		WatchesRawSource(source.Kind(cached, statefulSetMeta(""), r.statefulSetHandler(), statefulSetPredicate())).
 		WatchesRawSource(source.Kind(cached, &corev1.Node{}, r.nodeHandler(), r.nodePredicate())).
-		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
+		Complete(r)
 }
 
 // indexFields adds the field indexes the map functions and the reconcile list by: pods by StatefulSet

@@ -81,9 +81,7 @@ func TestElectionFailoverSwitchoverAndStickinessAfterDowntime(t *testing.T) {
 	testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool { roles, _ := f.roles(); return roles["db-1"] != leasev1.RoleWriter })
 
 	// Planned switchover to db-2; the annotation is removed once done.
-	lock := f.lock("lock")
-	lock.Annotations = map[string]string{leasev1.SwitchoverAnnotation: "db-2"}
-	require.NoError(t, suite.Client.Update(t.Context(), lock))
+	f.switchover("lock", "db-2")
 	f.waitWriter("db-2", "3")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		lock := f.lock("lock")
@@ -338,24 +336,6 @@ func TestStatefulSetMissing(t *testing.T) {
 	}, wait, tick)
 }
 
-// Deleting the lock removes every role label and epoch and deletes the Lease.
-func TestDeletionCleansUp(t *testing.T) {
-	f := newFixture(t)
-	f.createPods(3)
-	startOperator(t, nil)
-	f.createLock("lock", 10)
-	f.waitWriter("db-0", "1")
-
-	require.NoError(t, suite.Client.Delete(t.Context(), f.lock("lock")))
-	require.Eventually(t, func() bool {
-		return apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock"}, &leasev1.StatefulSetLock{}))
-	}, wait, tick)
-	roles, _ := f.roles()
-	assert.Equal(t, map[string]string{"db-0": "-", "db-1": "-", "db-2": "-"}, roles)
-	assert.Empty(t, f.pod("db-0").Annotations[leasev1.WriterEpochAnnotation])
-	assert.True(t, apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "lock-lease"}, &coordinationv1.Lease{})))
-}
-
 // A writer pod recreated under its name (new UID) is not the writer until elected again; every pod,
 // terminating or not Ready, carries a role label; a node going NotReady moves the writer.
 func TestRecreatedTerminatingAndNodeNotReady(t *testing.T) {
@@ -390,9 +370,7 @@ func TestRecreatedTerminatingAndNodeNotReady(t *testing.T) {
 	// A third pod on node-b becomes the writer (switchover), then node-b goes NotReady: its pod's Ready
 	// is still True in the API, the node's condition moves the writer.
 	f.createPodOn(2, true, "node-b")
-	lock := f.lock("lock")
-	lock.Annotations = map[string]string{leasev1.SwitchoverAnnotation: "db-2"}
-	require.NoError(t, suite.Client.Update(t.Context(), lock))
+	f.switchover("lock", "db-2")
 	f.waitWriter("db-2", "")
 	ensureNode(t, "node-b", false)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

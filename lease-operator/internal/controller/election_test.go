@@ -134,15 +134,23 @@ func TestHasRole(t *testing.T) {
 	mk := func(labels, annotations map[string]string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}}
 	}
-	writer := mk(map[string]string{leasev1.RoleLabel: leasev1.RoleWriter}, map[string]string{leasev1.WriterEpochAnnotation: "3"})
-	assert.True(t, hasRole(writer, leasev1.RoleWriter, "3"))
-	assert.False(t, hasRole(writer, leasev1.RoleWriter, "4"), "stale epoch")
-	assert.False(t, hasRole(writer, leasev1.RoleReader, ""))
-	reader := mk(map[string]string{leasev1.RoleLabel: leasev1.RoleReader}, nil)
-	assert.True(t, hasRole(reader, leasev1.RoleReader, ""))
-	assert.False(t, hasRole(mk(map[string]string{leasev1.RoleLabel: leasev1.RoleReader}, map[string]string{leasev1.WriterEpochAnnotation: "1"}), leasev1.RoleReader, ""), "a reader keeps no epoch")
-	assert.True(t, hasRole(mk(nil, nil), "", ""))
-	assert.False(t, hasRole(mk(map[string]string{leasev1.RoleLabel: ""}, nil), "", ""), "an empty label is still a label")
+	lock := &leasev1.StatefulSetLock{ObjectMeta: metav1.ObjectMeta{Name: "lock"}, Spec: leasev1.StatefulSetLockSpec{LeaseName: "lease"}}
+	writer := mk(map[string]string{leasev1.RoleLabel: leasev1.RoleWriter, leasev1.LockLabel: "lock"},
+		map[string]string{leasev1.WriterEpochAnnotation: "3", leasev1.WriterLeaseAnnotation: "lease"})
+	assert.True(t, hasRole(writer, writerRole(lock, "3")))
+	assert.False(t, hasRole(writer, writerRole(lock, "4")), "stale epoch")
+	assert.False(t, hasRole(writer, readerRole(lock)))
+	other := lock.DeepCopy()
+	other.Name = "other"
+	assert.False(t, hasRole(writer, writerRole(other, "3")), "labelled for another lock")
+	assert.False(t, hasRole(mk(map[string]string{leasev1.RoleLabel: leasev1.RoleWriter, leasev1.LockLabel: "lock"},
+		map[string]string{leasev1.WriterEpochAnnotation: "3"}), writerRole(lock, "3")), "a writer names its Lease")
+	assert.False(t, hasRole(mk(map[string]string{leasev1.RoleLabel: leasev1.RoleReader}, nil), readerRole(lock)), "labelled by an older version: no lock label")
+	reader := mk(map[string]string{leasev1.RoleLabel: leasev1.RoleReader, leasev1.LockLabel: "lock"}, nil)
+	assert.True(t, hasRole(reader, readerRole(lock)))
+	assert.False(t, hasRole(mk(map[string]string{leasev1.RoleLabel: leasev1.RoleReader, leasev1.LockLabel: "lock"}, map[string]string{leasev1.WriterEpochAnnotation: "1"}), readerRole(lock)), "a reader keeps no epoch")
+	assert.True(t, hasRole(mk(nil, nil), role{}))
+	assert.False(t, hasRole(mk(map[string]string{leasev1.RoleLabel: ""}, nil), role{}), "an empty label is still a label")
 }
 
 func TestRenewal(t *testing.T) {

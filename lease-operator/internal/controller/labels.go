@@ -16,15 +16,79 @@ import (
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
 
-// hasRole reports whether the pod carries exactly this role and fencing epoch ("" for none).
-func hasRole(pod *corev1.Pod, role, epoch string) bool {
-	gotRole, okRole := pod.Labels[leasev1.RoleLabel]
-	gotEpoch, okEpoch := pod.Annotations[leasev1.WriterEpochAnnotation]
-	return gotRole == role && okRole == (role != "") && gotEpoch == epoch && okEpoch == (epoch != "")
+// role is what the operator writes on a pod: the role label, the lock that labelled it (so that the
+// labels of a lock that no longer exists can be found and removed), and on the writer its fencing
+// epoch and the Lease it writes for (so that no other pod is labelled writer for that Lease while it
+// is). The zero role is none of them.
+type role struct {
+	name, lock, epoch, lease string
+}
+
+func readerRole(lock *leasev1.StatefulSetLock) role {
+	return role{name: leasev1.RoleReader, lock: lock.Name}
+}
+
+func writerRole(lock *leasev1.StatefulSetLock, epoch string) role {
+	return role{name: leasev1.RoleWriter, lock: lock.Name, epoch: epoch, lease: lock.Spec.LeaseName}
+}
+
+// hasRole reports whether the pod carries exactly this role ("" values for keys it must not carry).
+func hasRole(pod *corev1.Pod, want role) bool {
+	has := func(m map[string]string, key, value string) bool {
+		got, ok := m[key]
+		return got == value && ok == (value != "")
+	}
+	return has(pod.Labels, leasev1.RoleLabel, want.name) && has(pod.Labels, leasev1.LockLabel, want.lock) &&
+		has(pod.Annotations, leasev1.WriterEpochAnnotation, want.epoch) && has(pod.Annotations, leasev1.WriterLeaseAnnotation, want.lease)
+}
+
+// patch is the merge patch that sets the role's keys on a pod and removes those it has no value for.
+func (want role) patch() map[string]any {
+	value := func(v string) any {
+		if v == "" {
+			return nil // removes the key
+		}
+		return v
+	}
+	return map[string]any{"metadata": map[string]any{
+		"labels":      map[string]any{leasev1.RoleLabel: value(want.name), leasev1.LockLabel: value(want.lock)},
+		"annotations": map[string]any{leasev1.WriterEpochAnnotation: value(want.epoch), leasev1.WriterLeaseAnnotation: value(want.lease)},
+	}}
 }
 
 // epochString is the writer-epoch annotation's value for a leaseTransitions count.
 func epochString(transitions int32) string { return strconv.FormatInt(int64(transitions), 10) }
+
+// labelledWriter returns the one pod labelled writer and its epoch, when a lock without a Lease finds
+// the pods as a lock of the same name left them (deleted while no operator ran, then created again: a
+// re-install), or as an older version labelled them (no lock label): the lock keeps that writer, if it
+// is still usable, instead of moving the role, and its epochs go on from the pod's, so the fencing
+// epoch still only grows across a re-install. A writer labelled by another lock is not adopted (fence
+// removes its labels when that lock no longer exists). Anything else (no writer, two, an epoch that
+// does not parse) is a fresh election from transitions.
+func labelledWriter(pods []corev1.Pod, lock string, transitions int32) (Holder, int32) {
+	var found *corev1.Pod
+	for i := range pods {
+		if pods[i].Labels[leasev1.RoleLabel] != leasev1.RoleWriter {
+			continue
+		}
+		if by, ok := pods[i].Labels[leasev1.LockLabel]; ok && by != lock {
+			return Holder{}, transitions
+		}
+		if found != nil {
+			return Holder{}, transitions
+		}
+		found = &pods[i]
+	}
+	if found == nil {
+		return Holder{}, transitions
+	}
+	epoch, err := strconv.ParseInt(found.Annotations[leasev1.WriterEpochAnnotation], 10, 32)
+	if err != nil || int32(epoch) < transitions {
+		return Holder{}, transitions
+	}
+	return Holder{Name: found.Name, UID: found.UID}, int32(epoch)
+}
 
 // demote labels every pod but the writer `reader` and removes its fencing epoch. It runs before the
 // Lease moves and before any pod is labelled writer: when one of these patches fails, nobody is
@@ -33,24 +97,25 @@ func epochString(transitions int32) string { return strconv.FormatInt(int64(tran
 // The pods named in force (the previous writer) are demoted whatever the cache says: the cache may
 // not show yet the writer label the previous reconcile wrote, and skipping that pod would leave two
 // writers once the new one is labelled.
-func (r *Reconciler) demote(ctx context.Context, namespace string, pods []corev1.Pod, writer string, force []string) ([]string, error) {
+func (r *Reconciler) demote(ctx context.Context, lock *leasev1.StatefulSetLock, pods []corev1.Pod, writer string, force []string) ([]string, error) {
 	var demoted []string
+	reader := readerRole(lock)
 	for _, name := range force {
 		if name == "" || name == writer {
 			continue
 		}
-		if err := r.forceReader(ctx, namespace, name); err != nil {
+		if err := r.forceRole(ctx, lock.Namespace, name, reader); err != nil {
 			return demoted, fmt.Errorf("labelling pod %s %s: %w", name, leasev1.RoleReader, err)
 		}
 		demoted = append(demoted, name)
 	}
 	for i := range pods {
 		pod := &pods[i]
-		if pod.Name == writer || hasRole(pod, leasev1.RoleReader, "") || slices.Contains(force, pod.Name) {
+		if pod.Name == writer || hasRole(pod, reader) || slices.Contains(force, pod.Name) {
 			continue
 		}
 		wasWriter := pod.Labels[leasev1.RoleLabel] == leasev1.RoleWriter
-		if err := r.setRole(ctx, pod, leasev1.RoleReader, "", false); err != nil {
+		if err := r.setRole(ctx, pod, reader, false); err != nil {
 			return demoted, fmt.Errorf("labelling pod %s %s: %w", pod.Name, leasev1.RoleReader, err)
 		}
 		if wasWriter {
@@ -60,13 +125,10 @@ func (r *Reconciler) demote(ctx context.Context, namespace string, pods []corev1
 	return demoted, nil
 }
 
-// forceReader labels the pod `reader` and removes its epoch with a patch that does not depend on the
-// cached copy. A pod that does not exist needs no demotion.
-func (r *Reconciler) forceReader(ctx context.Context, namespace, name string) error {
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"labels":      map[string]any{leasev1.RoleLabel: leasev1.RoleReader},
-		"annotations": map[string]any{leasev1.WriterEpochAnnotation: nil},
-	}})
+// forceRole gives the pod the role with a patch that does not depend on the cached copy. A pod that
+// does not exist needs no demotion.
+func (r *Reconciler) forceRole(ctx context.Context, namespace, name string, want role) error {
+	patch, err := json.Marshal(want.patch())
 	if err != nil {
 		return err
 	}
@@ -84,57 +146,32 @@ func (r *Reconciler) forceReader(ctx context.Context, namespace, name string) er
 // promote labels the writer pod `writer` with its fencing epoch. The patch carries the
 // resourceVersion the election saw, so a pod that changed since (became not Ready, was deleted and
 // recreated) is not promoted: the conflict makes the next reconcile decide again.
-func (r *Reconciler) promote(ctx context.Context, pod *corev1.Pod, epoch string) (bool, error) {
-	if hasRole(pod, leasev1.RoleWriter, epoch) {
+func (r *Reconciler) promote(ctx context.Context, pod *corev1.Pod, writer role) (bool, error) {
+	if hasRole(pod, writer) {
 		return false, nil
 	}
-	if err := r.setRole(ctx, pod, leasev1.RoleWriter, epoch, true); err != nil {
+	if err := r.setRole(ctx, pod, writer, true); err != nil {
 		return false, fmt.Errorf("labelling pod %s %s: %w", pod.Name, leasev1.RoleWriter, err)
 	}
 	return true, nil
 }
 
-// setRole patches the pod's role label and epoch annotation ("" removes them). Without optimistic
-// locking a pod that no longer exists counts as done.
-func (r *Reconciler) setRole(ctx context.Context, pod *corev1.Pod, role, epoch string, optimistic bool) error {
-	orig := pod.DeepCopy()
-	setOrDelete(&pod.Labels, leasev1.RoleLabel, role)
-	setOrDelete(&pod.Annotations, leasev1.WriterEpochAnnotation, epoch)
-	patch := client.MergeFrom(orig)
+// setRole patches the pod's role keys (the zero role removes them all). With optimistic locking the
+// patch carries the resourceVersion of the copy given: a pod that changed since is not written (a
+// conflict). Without, a pod that no longer exists counts as done.
+func (r *Reconciler) setRole(ctx context.Context, pod *corev1.Pod, want role, optimistic bool) error {
 	if optimistic {
-		patch = client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})
-	}
-	err := r.Client.Patch(ctx, pod, patch)
-	if err != nil {
-		if !optimistic && apierrors.IsNotFound(err) {
-			return nil
+		want := want.patch()
+		want["metadata"].(map[string]any)["resourceVersion"] = pod.ResourceVersion
+		patch, err := json.Marshal(want)
+		if err != nil {
+			return err
 		}
-		return err
-	}
-	r.writes.Wrote(pod)
-	return nil
-}
-
-func setOrDelete(m *map[string]string, key, value string) {
-	if value == "" {
-		delete(*m, key)
-		return
-	}
-	if *m == nil {
-		*m = map[string]string{}
-	}
-	(*m)[key] = value
-}
-
-// removeRoles removes the role label and the epoch from every pod (the lock is being deleted).
-func (r *Reconciler) removeRoles(ctx context.Context, pods []corev1.Pod) error {
-	for i := range pods {
-		if hasRole(&pods[i], "", "") {
-			continue
+		if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return err
 		}
-		if err := r.setRole(ctx, &pods[i], "", "", false); err != nil {
-			return fmt.Errorf("removing the role of pod %s: %w", pods[i].Name, err)
-		}
+		r.writes.Wrote(pod)
+		return nil
 	}
-	return nil
+	return r.forceRole(ctx, pod.Namespace, pod.Name, want)
 }

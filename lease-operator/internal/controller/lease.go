@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -107,11 +106,13 @@ func leaseCurrent(lease *coordinationv1.Lease, lock *leasev1.StatefulSetLock, w 
 		ptr.Deref(lease.Spec.LeaseDurationSeconds, 0) == lock.Spec.LeaseDurationSeconds
 }
 
-// deleteLease deletes the lock's own Lease, if it still is the one the lock owns.
-func (r *Reconciler) deleteLease(ctx context.Context, lease *coordinationv1.Lease) error {
-	err := r.Client.Delete(ctx, lease, client.Preconditions{UID: ptr.To(lease.UID)})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting Lease %s: %w", lease.Name, err)
+func setOrDelete(m *map[string]string, key, value string) {
+	if value == "" {
+		delete(*m, key)
+		return
 	}
-	return nil
+	if *m == nil {
+		*m = map[string]string{}
+	}
+	(*m)[key] = value
 }

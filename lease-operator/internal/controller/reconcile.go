@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,11 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -53,6 +54,8 @@ type scope struct {
 	known       bool
 	writer      Holder
 	transitions int32
+	// switchoverPending says why a switchover the annotation asks for waits ("" when none waits).
+	switchoverPending string
 	// failoverReason is set when the writer changed in this reconcile.
 	failoverReason string
 	failoverTime   time.Time
@@ -70,14 +73,25 @@ func (s *scope) wait(state, message string, result reconcile.Result) {
 	s.state, s.message, s.result = state, message, result
 }
 
-// Reconcile elects, labels and records the writer of one StatefulSetLock, or cleans up after it.
-func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLock) (_ reconcile.Result, reterr error) {
-	if lock.DeletionTimestamp.IsZero() {
-		if added, err := opsutil.EnsureFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
-			return reconcile.Result{}, err
-		} else if added {
-			r.writes.Wrote(lock)
+// Reconcile elects, labels and records the writer of one StatefulSetLock, or, when the lock no longer
+// exists, removes what it left (reconcileGone).
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	lock := &leasev1.StatefulSetLock{}
+	if err := r.Client.Get(ctx, req.NamespacedName, lock); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, r.reconcileGone(ctx, req.NamespacedName)
 		}
+		return reconcile.Result{}, err
+	}
+	return r.reconcileLock(ctx, lock)
+}
+
+// reconcileLock is the reconcile of a lock that exists.
+func (r *Reconciler) reconcileLock(ctx context.Context, lock *leasev1.StatefulSetLock) (_ reconcile.Result, reterr error) {
+	if removed, err := opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
+		return reconcile.Result{}, err
+	} else if removed {
+		r.writes.Wrote(lock) // a lock of an older version: see reconcileDelete for why it has none now
 	}
 	s := r.newScope(lock)
 	defer func() { reterr = r.patchStatus(ctx, s, reterr) }()
@@ -96,7 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, lock *leasev1.StatefulSetLoc
 // reconcile decides again); any other error is the ReconcileError state.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) error {
 	if s.deleting {
-		return err // a lock being deleted keeps its last status until its finalizer is removed
+		return err // a lock being deleted keeps its last status: nothing is decided for it any more
 	}
 	if apierrors.IsConflict(err) {
 		return err
@@ -129,6 +143,13 @@ func (r *Reconciler) waitingEvent(lock *leasev1.StatefulSetLock, before []metav1
 	opsutil.EventOnTransition(r.Recorder, lock, nil, before, lock.Status.Conditions, opsutil.Transition{
 		Type: leasev1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
 	})
+	// A switchover that waits keeps a working writer (Ready stays True): its Event comes from the
+	// Reconciling condition, whose other reasons are already announced by Ready above.
+	if c := meta.FindStatusCondition(lock.Status.Conditions, leasev1.ConditionReconciling); c != nil && c.Reason == leasev1.ReasonSwitchoverPending {
+		opsutil.EventOnTransition(r.Recorder, lock, nil, before, lock.Status.Conditions, opsutil.Transition{
+			Type: leasev1.ConditionReconciling, Status: metav1.ConditionTrue, EventType: corev1.EventTypeNormal, Action: "Wait",
+		})
+	}
 }
 
 // reconcileNormal runs one election and makes the pods and the Lease agree with it, in the order that
@@ -138,6 +159,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		return err
 	}
 	if err := r.elect(ctx, s); err != nil {
+		return err
+	}
+	if waiting, err := r.fence(ctx, s); err != nil || waiting {
 		return err
 	}
 	if err := r.demotePods(ctx, s); err != nil {
@@ -199,6 +223,9 @@ func (r *Reconciler) elect(ctx context.Context, s *scope) error {
 	if s.pods, err = r.listPods(ctx, lock); err != nil {
 		return err
 	}
+	if s.lease == nil && s.holder.Name == "" {
+		s.holder, s.leaseWrite.transitions = labelledWriter(s.pods, lock.Name, s.leaseWrite.transitions)
+	}
 	views, err := r.podViews(ctx, lock, s.pods, s.now)
 	if err != nil {
 		return err
@@ -217,6 +244,51 @@ func (r *Reconciler) elect(ctx context.Context, s *scope) error {
 	return nil
 }
 
+// fence makes sure, before the Lease is created or moved or a pod labelled writer, that no pod outside
+// this election is still labelled writer for the lock's Lease (read live from the API server, not the
+// cache): one labelled by another lock that exists makes this lock wait (LeaseConflict); one labelled by
+// a lock that no longer exists (deleted while the operator was not running, or whose cleanup has not
+// run yet) loses its role labels first. The pods of this lock are demoted by demotePods.
+func (r *Reconciler) fence(ctx context.Context, s *scope) (waiting bool, err error) {
+	writer := s.decision.Writer.Name
+	if writer == "" {
+		return false, nil // nothing is labelled writer, the Lease is not taken
+	}
+	i := slices.IndexFunc(s.pods, func(p corev1.Pod) bool { return p.Name == writer })
+	if s.lease != nil && !s.leaseWrite.moved && hasRole(&s.pods[i], writerRole(s.lock, epochString(s.leaseWrite.transitions))) {
+		return false, nil // the writer keeps its Lease and its labels: nothing is taken or labelled
+	}
+	var writers corev1.PodList
+	if err := r.APIReader.List(ctx, &writers, client.InNamespace(s.lock.Namespace), client.MatchingLabels{leasev1.RoleLabel: leasev1.RoleWriter}); err != nil {
+		return false, fmt.Errorf("listing writer pods: %w", err)
+	}
+	for i := range writers.Items {
+		pod := &writers.Items[i]
+		if pod.Annotations[leasev1.WriterLeaseAnnotation] != s.lock.Spec.LeaseName {
+			continue
+		}
+		owner := pod.Labels[leasev1.LockLabel]
+		if owner == s.lock.Name && slices.ContainsFunc(s.pods, func(p corev1.Pod) bool { return p.UID == pod.UID }) {
+			continue // this lock's own pod: demotePods relabels it
+		}
+		if owner != s.lock.Name && owner != "" {
+			exists, err := r.lockExists(ctx, s.lock.Namespace, owner)
+			if err != nil {
+				return false, err
+			}
+			if exists {
+				s.wait(leasev1.ReasonLeaseConflict, fmt.Sprintf("Pod %s is the writer for Lease %s of StatefulSetLock %s; this lock labels no writer while it is",
+					pod.Name, s.lock.Spec.LeaseName, owner), reconcile.Result{RequeueAfter: s.duration})
+				return true, nil
+			}
+		}
+		if err := r.removeRole(ctx, pod, s.lock); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
 // demotePods labels every pod but the new writer reader. When the writer moves, the previous one (as
 // the Lease and as the status record it) is demoted whatever the cache shows.
 func (r *Reconciler) demotePods(ctx context.Context, s *scope) error {
@@ -227,7 +299,7 @@ func (r *Reconciler) demotePods(ctx context.Context, s *scope) error {
 			force = append(force, s.lock.Status.WriterPod)
 		}
 	}
-	demoted, err := r.demote(ctx, s.lock.Namespace, s.pods, s.decision.Writer.Name, force)
+	demoted, err := r.demote(ctx, s.lock, s.pods, s.decision.Writer.Name, force)
 	if err != nil {
 		return err
 	}
@@ -245,6 +317,9 @@ func (r *Reconciler) moveLease(ctx context.Context, s *scope) error {
 	s.renewAfter = s.duration / 2
 	if s.lease != nil && s.decision.Writer.Name != "" {
 		due, s.renewAfter = renewal(s.lease, s.duration, s.now)
+	}
+	if s.lease == nil && s.decision.Writer.Name == "" {
+		return nil // a Lease exists only once there is a holder, as in the original operator
 	}
 	if leaseCurrent(s.lease, s.lock, s.leaseWrite) && (s.decision.Writer.Name == "" || !due) {
 		return nil
@@ -266,7 +341,7 @@ func (r *Reconciler) promoteWriter(ctx context.Context, s *scope) error {
 		return nil
 	}
 	i := slices.IndexFunc(s.pods, func(p corev1.Pod) bool { return p.Name == writer.Name })
-	promoted, err := r.promote(ctx, &s.pods[i], epochString(epoch))
+	promoted, err := r.promote(ctx, &s.pods[i], writerRole(s.lock, epochString(epoch)))
 	if err != nil {
 		return err
 	}
@@ -293,11 +368,18 @@ func (r *Reconciler) recordFailover(ctx context.Context, s *scope) {
 		"reason", s.failoverReason, "epoch", s.leaseWrite.transitions)
 }
 
-// endSwitchover removes the switchover annotation once the writer is its target.
+// endSwitchover removes the switchover annotation once the writer is its target; until then the
+// switchover waits (for its target to be Ready, on a Ready node, not terminating) and says so.
 func (r *Reconciler) endSwitchover(ctx context.Context, s *scope) error {
-	if target := s.lock.Annotations[leasev1.SwitchoverAnnotation]; target != "" && target == s.decision.Writer.Name {
+	target := s.lock.Annotations[leasev1.SwitchoverAnnotation]
+	switch {
+	case target == "":
+		return nil
+	case target == s.decision.Writer.Name:
 		return r.clearSwitchover(ctx, s.lock)
 	}
+	s.switchoverPending = fmt.Sprintf("Switchover to pod %s waits until it is Ready, not terminating and on a Ready node; %s stays the writer",
+		target, cmp.Or(s.decision.Writer.Name, "no pod"))
 	return nil
 }
 
@@ -315,47 +397,129 @@ func (r *Reconciler) schedule(s *scope) {
 	}
 }
 
-// reconcileDelete removes the role labels and the lock's Lease, then the finalizer. A lock that never
-// managed the pods (conflict with another lock or a foreign Lease) leaves them alone.
-func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) error {
-	lock := s.lock
-	if !controllerutil.ContainsFinalizer(lock, leasev1.Finalizer) {
-		return nil
-	}
-	older, err := r.olderLock(ctx, lock)
-	if err != nil {
-		return err
-	}
-	lease, err := r.getLease(ctx, lock)
-	if err != nil {
-		return err
-	}
-	if older == "" && (lease == nil || ownedBy(lease, lock)) {
-		if err := r.releasePods(ctx, lock, lease); err != nil {
-			return err
-		}
-	}
-	if _, err := opsutil.RemoveFinalizer(ctx, r.Client, lock, leasev1.Finalizer); err != nil {
-		return err
-	}
-	r.writes.Forget(lock)
-	r.written.forget(lock)
+// reconcileDelete does nothing to the pods yet: a lock has no finalizer, and the labels go once the
+// lock is gone (reconcileGone), whether the operator saw the deletion or learns of it later.
+//
+// Why no finalizer: the cleanup it guarded (removing the role labels, deleting the Lease) does not need
+// to hold the lock. The Lease is owned by its lock (a controller ownerReference), so the garbage
+// collector deletes it; the role labels are removed by reconcileGone, and until then no other lock
+// labels a writer for the same Lease (fence). A finalizer instead wedged `kubectl delete -f
+// deploy/lease-operator.yaml` (the operator is gone before the CRD's locks, which then keep its
+// finalizer for ever).
+//
+// A lock being deleted reaches here only while another finalizer holds it (foreground deletion
+// waiting for the garbage collector to delete its Lease); the finalizer of an older version was
+// removed above.
+func (r *Reconciler) reconcileDelete(_ context.Context, s *scope) error {
+	r.forget(s.lock)
 	return nil
 }
 
-// releasePods removes the role labels from the StatefulSet's pods, then deletes the lock's Lease.
-func (r *Reconciler) releasePods(ctx context.Context, lock *leasev1.StatefulSetLock, lease *coordinationv1.Lease) error {
-	pods, err := r.listPods(ctx, lock)
+// reconcileGone removes what a lock that no longer exists left behind, when the operator learns of it
+// (the lock's deletion, or a pod that still names it, e.g. after a re-install): the role labels of every
+// pod it labelled, one patch per pod (one that fails does not hold the others back), retried (the
+// reconcile's error) until none is left, then its Lease if the garbage collector has not deleted it
+// yet. The labels go first: a lock that shares the Lease waits for it, and fence checks the labels
+// again before electing.
+//
+// During an uninstall (the StatefulSetLock CRD being deleted, or gone) nothing is removed: the locks go
+// with their CRD while the operator is stopping, and its cleanup would be cut off half-way (by its own
+// termination, by its RBAC being deleted); the labels are kept as they were, for every lock, as
+// docs/lease.md (Uninstall) states, and the garbage collector deletes the Leases. A re-installed
+// operator removes them (the pods still name their lock).
+func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName) error {
+	if exists, err := r.lockExists(ctx, key.Namespace, key.Name); err != nil || exists {
+		return err // the cache is behind a lock just created: its own event reconciles it
+	}
+	if uninstall, err := r.uninstalling(ctx); err != nil || uninstall {
+		return err
+	}
+	var pods corev1.PodList
+	if err := r.APIReader.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabels{leasev1.LockLabel: key.Name}); err != nil {
+		return fmt.Errorf("listing the pods of deleted StatefulSetLock %s: %w", key.Name, err)
+	}
+	var errs []error // one pod that cannot be patched does not hold the others back
+	for i := range pods.Items {
+		errs = append(errs, r.removeRole(ctx, &pods.Items[i], nil))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	var leases coordinationv1.LeaseList
+	if err := r.APIReader.List(ctx, &leases, client.InNamespace(key.Namespace), client.MatchingLabels{leasev1.LockLabel: key.Name}); err != nil {
+		return fmt.Errorf("listing the Leases of deleted StatefulSetLock %s: %w", key.Name, err)
+	}
+	for i := range leases.Items {
+		lease := &leases.Items[i]
+		if owner := metav1.GetControllerOf(lease); owner == nil || owner.Kind != "StatefulSetLock" || owner.Name != key.Name {
+			continue
+		}
+		err := r.Client.Delete(ctx, lease, client.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting Lease %s of deleted StatefulSetLock %s: %w", lease.Name, key.Name, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("Deleted the Lease of a deleted StatefulSetLock", "lease", lease.Name)
+	}
+	return nil
+}
+
+// removeRole removes the role labels of a pod labelled by a lock that no longer exists, under the
+// resourceVersion of the live copy read (a pod relabelled since by a lock that exists is not
+// touched: the conflict makes the caller read again), and says so in an Event: regarding the lock
+// that found it (by), or the pod itself.
+func (r *Reconciler) removeRole(ctx context.Context, pod *corev1.Pod, by *leasev1.StatefulSetLock) error {
+	gone, wasRole := pod.Labels[leasev1.LockLabel], pod.Labels[leasev1.RoleLabel]
+	if err := r.setRole(ctx, pod, role{}, true); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("removing the role labels of pod %s: %w", pod.Name, err)
+	}
+	note := fmt.Sprintf("Removed the role %s of pod %s: StatefulSetLock %s that labelled it no longer exists", wasRole, pod.Name, cmp.Or(gone, "(unknown)"))
+	if by != nil {
+		r.Recorder.Eventf(by, podRef(pod.Namespace, pod.Name), corev1.EventTypeNormal, leasev1.EventRoleRemoved, "RemoveRole", note)
+	} else {
+		r.Recorder.Eventf(pod, nil, corev1.EventTypeNormal, leasev1.EventRoleRemoved, "RemoveRole", note)
+	}
+	ctrl.LoggerFrom(ctx).Info("Removed the role labels of a deleted lock's pod", "pod", pod.Name, "role", wasRole, "statefulSetLock", gone)
+	return nil
+}
+
+// uninstalling reports whether the StatefulSetLock CRD is being deleted or is gone, read live.
+func (r *Reconciler) uninstalling(ctx context.Context) (bool, error) {
+	crd := &metav1.PartialObjectMetadata{}
+	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	err := r.APIReader.Get(ctx, types.NamespacedName{Name: r.lockCRD}, crd)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
 	if err != nil {
-		return err
+		return false, fmt.Errorf("reading CustomResourceDefinition %s: %w", r.lockCRD, err)
 	}
-	if err := r.removeRoles(ctx, pods); err != nil {
-		return err
+	if !crd.DeletionTimestamp.IsZero() {
+		ctrl.LoggerFrom(ctx).Info("The StatefulSetLock CRD is being deleted: the role labels of deleted locks are kept")
+		return true, nil
 	}
-	if lease == nil {
-		return nil
+	return false, nil
+}
+
+// lockExists reads the lock from the API server: whether a lock exists decides whether labels are
+// removed, and the cache may be behind.
+func (r *Reconciler) lockExists(ctx context.Context, namespace, name string) (bool, error) {
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &leasev1.StatefulSetLock{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
 	}
-	return r.deleteLease(ctx, lease)
+	if err != nil {
+		return false, fmt.Errorf("reading StatefulSetLock %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// forget drops what the process remembers about a lock that is going away.
+func (r *Reconciler) forget(lock *leasev1.StatefulSetLock) {
+	r.writes.Forget(lock)
+	r.written.forget(lock)
 }
 
 // clearSwitchover removes the switchover annotation once the writer is its target.

@@ -22,6 +22,19 @@ var (
 	}, []string{"reason"})
 )
 
+// stalledStates need the user: another lock manages the StatefulSet, the StatefulSet does not exist,
+// or the Lease belongs to someone else. The operator keeps looking, and the lock recovers on its own
+// once the user has fixed it.
+var stalledStates = map[string]bool{
+	leasev1.ReasonStatefulSetNotFound: true, leasev1.ReasonLeaseConflict: true, leasev1.ReasonStatefulSetConflict: true,
+}
+
+// reconcilingStates are on their way to a writer without the user: the next Ready pod is elected, a
+// delayed failover happens when due, an error is retried.
+var reconcilingStates = map[string]bool{
+	leasev1.ReasonNoReadyPods: true, leasev1.ReasonFailoverDelayed: true, leasev1.ReasonReconcileError: true,
+}
+
 // errorStates are the states in which the Error condition is True.
 var errorStates = map[string]bool{
 	leasev1.ReasonStatefulSetNotFound: true, leasev1.ReasonLeaseConflict: true,
@@ -53,6 +66,15 @@ func applyStatus(o *scope) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
 			Type: condType, Status: s, Reason: o.state, Message: message, ObservedGeneration: lock.Generation,
 		})
+	}
+	set(leasev1.ConditionStalled, stalledStates[o.state])
+	if o.switchoverPending != "" && o.state == leasev1.ReasonAvailable {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: leasev1.ConditionReconciling, Status: metav1.ConditionTrue, Reason: leasev1.ReasonSwitchoverPending,
+			Message: o.switchoverPending, ObservedGeneration: lock.Generation,
+		})
+	} else {
+		set(leasev1.ConditionReconciling, reconcilingStates[o.state])
 	}
 	if o.state == leasev1.ReasonReconcileError {
 		// The election state is unknown: keep Available and Progressing as they were.

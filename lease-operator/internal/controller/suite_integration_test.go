@@ -123,14 +123,20 @@ func (f *fixture) createPod(ordinal int, ready bool) *corev1.Pod {
 }
 
 func (f *fixture) createPodOn(ordinal int, ready bool, node string) *corev1.Pod {
-	name := fmt.Sprintf("db-%d", ordinal)
+	return f.createPodOf(f.sts, ordinal, ready, node)
+}
+
+// createPodOf creates pod <sts>-<ordinal> of that StatefulSet on the node, as the StatefulSet controller
+// and kubelet would.
+func (f *fixture) createPodOf(sts *appsv1.StatefulSet, ordinal int, ready bool, node string) *corev1.Pod {
+	name := fmt.Sprintf("%s-%d", sts.Name, ordinal)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns,
-			Labels: map[string]string{"app": "db", appsv1.StatefulSetPodNameLabel: name},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: f.sts.Name, UID: f.sts.UID,
+			Labels: map[string]string{"app": sts.Name, appsv1.StatefulSetPodNameLabel: name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 		},
-		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "db"}}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: sts.Name}}},
 	}
 	require.NoError(f.t, suite.Client.Create(f.t.Context(), pod))
 	f.setReady(name, ready)
@@ -176,6 +182,17 @@ func (f *fixture) lock(name string) *leasev1.StatefulSetLock {
 	lock := &leasev1.StatefulSetLock{}
 	require.NoError(f.t, suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, lock))
 	return lock
+}
+
+// switchover asks for a planned switchover of the lock to the pod (retrying when the operator's status
+// write came in between the read and the update).
+func (f *fixture) switchover(lock, pod string) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		l := f.lock(lock)
+		l.Annotations = map[string]string{leasev1.SwitchoverAnnotation: pod}
+		return suite.Client.Update(f.t.Context(), l)
+	}))
 }
 
 func (f *fixture) lease(name string) *coordinationv1.Lease {

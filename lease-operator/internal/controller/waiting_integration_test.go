@@ -31,10 +31,7 @@ func TestWaitingStatesHaveEvents(t *testing.T) {
 		}
 	}, wait, tick)
 	// Several lease periods of reconciles in the same state: still one occurrence each.
-	testsupport.NeverWithin(t, 3*time.Second, 100*time.Millisecond, func() bool {
-		return testsupport.Occurrences(testsupport.Events(t, suite.Client, f.ns, "StatefulSetLock", "lock", leasev1.ReasonNoReadyPods)) != 1 ||
-			testsupport.Occurrences(testsupport.Events(t, suite.Client, f.ns, "StatefulSetLock", "orphan", leasev1.ReasonStatefulSetNotFound)) != 1
-	}, "an Event recorded again while the state did not change")
+	staysOneEvent(t, f.ns, map[string]string{"lock": leasev1.ReasonNoReadyPods, "orphan": leasev1.ReasonStatefulSetNotFound})
 
 	// A Ready pod ends the wait; losing it is a new entry, with a new Event.
 	f.createPods(1)
@@ -54,4 +51,18 @@ func typed(evs []eventsv1.Event, eventType string) []eventsv1.Event {
 		}
 	}
 	return out
+}
+
+// staysOneEvent asserts that, for 3 seconds of reconciles in an unchanged state, each lock (name →
+// reason of its waiting Event) keeps exactly one occurrence of its Event.
+func staysOneEvent(t *testing.T, ns string, reasons map[string]string) {
+	t.Helper()
+	testsupport.NeverWithin(t, 3*time.Second, 100*time.Millisecond, func() bool {
+		for name, reason := range reasons {
+			if testsupport.Occurrences(testsupport.Events(t, suite.Client, ns, "StatefulSetLock", name, reason)) != 1 {
+				return true
+			}
+		}
+		return false
+	}, "an Event recorded again while the state did not change")
 }

@@ -29,6 +29,17 @@ func lockChanged() predicate.Predicate {
 	}}
 }
 
+// forgetDeleted drops what the process remembers about a lock once it is deleted: a lock has no
+// finalizer, so its reconcile never sees it go.
+func (r *Reconciler) forgetDeleted() predicate.Predicate {
+	return predicate.Funcs{DeleteFunc: func(e event.DeleteEvent) bool {
+		if lock, ok := e.Object.(*leasev1.StatefulSetLock); ok {
+			r.forget(lock)
+		}
+		return true
+	}}
+}
+
 // podChanged lets through what can change the election or the labels: readiness, deletion, node, role
 // label and epoch. The operator's own label patches are dropped before it (opsutil.IgnoreOwnWrites).
 func podChanged() predicate.TypedPredicate[*corev1.Pod] {
@@ -58,12 +69,18 @@ func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconci
 	return opsutil.PodHandler(r.locksOfPod, seen, gone)
 }
 
+// locksOfPod maps a pod to the locks naming its StatefulSet and to the lock that labelled it: when that
+// one no longer exists its reconcile removes the labels (reconcileGone), so an operator started after
+// a lock was deleted (a re-install) cleans up after it.
 func (r *Reconciler) locksOfPod(ctx context.Context, pod *corev1.Pod) []reconcile.Request {
-	sts, ok := opsutil.ControllerOfKind(pod, "StatefulSet")
-	if !ok {
-		return nil
+	var reqs []reconcile.Request
+	if sts, ok := opsutil.ControllerOfKind(pod, "StatefulSet"); ok {
+		reqs = r.locksNaming(ctx, pod.Namespace, indexLockStatefulSet, sts.Name)
 	}
-	return r.locksNaming(ctx, pod.Namespace, indexLockStatefulSet, sts.Name)
+	if name := pod.Labels[leasev1.LockLabel]; name != "" {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.Namespace, Name: name}})
+	}
+	return reqs
 }
 
 // locksNaming returns the locks of the namespace whose indexed field has that value.

@@ -11,6 +11,14 @@ const (
 	ConditionProgressing = "Progressing"
 	// ConditionError is True while an error prevents the lock from working; the message says which.
 	ConditionError = "Error"
+	// ConditionStalled (kstatus, sigs.k8s.io/cli-utils/pkg/kstatus) is True when the lock cannot make
+	// progress without a change by the user: tools that read it (Flux, kpt, kubectl-based deploy tools)
+	// report the lock Failed.
+	ConditionStalled = "Stalled"
+	// ConditionReconciling (kstatus) is True while the lock is getting to a working writer on its own:
+	// an election or a failover pending (no Ready pod yet, a delayed failover, a switchover waiting for
+	// its target) or an error the operator retries. kstatus reports the lock InProgress.
+	ConditionReconciling = "Reconciling"
 )
 
 // Condition reasons of a StatefulSetLock. The first four are the original operator's.
@@ -28,6 +36,9 @@ const (
 	ReasonStatefulSetConflict = "StatefulSetConflict"
 	// ReasonFailoverDelayed: the writer is not Ready and failoverDelaySeconds has not passed yet.
 	ReasonFailoverDelayed = "FailoverDelayed"
+	// ReasonSwitchoverPending (condition Reconciling): the switchover annotation names a pod that cannot
+	// take the writer role yet; the writer stays where it is meanwhile.
+	ReasonSwitchoverPending = "SwitchoverPending"
 )
 
 // Failover reasons (status.lastFailoverReason) and Event reasons.
@@ -43,6 +54,9 @@ const (
 	EventWriterElected = "WriterElected"
 	// EventWriterDemoted is recorded when the writer is labelled reader.
 	EventWriterDemoted = "WriterDemoted"
+	// EventRoleRemoved is recorded on a pod whose role labels the operator removed because the lock
+	// that labelled it no longer exists.
+	EventRoleRemoved = "RoleRemoved"
 )
 
 // Keys the operator writes on pods and reads from the lock.
@@ -63,8 +77,13 @@ const (
 	// StatefulSet pod recreated under the same name is not mistaken for the writer.
 	WriterUIDAnnotation = "app.anukkrit.me/writer-uid"
 	// LockLabel on the Lease names the StatefulSetLock that owns it; the operator caches only Leases
-	// carrying it.
+	// carrying it. On a pod it names the lock whose operator labelled the pod's role: a pod labelled by
+	// a lock that no longer exists has its role labels removed (fencing, see the controller package).
 	LockLabel = "app.anukkrit.me/statefulsetlock"
-	// Finalizer is the original operator's finalizer: on deletion role labels are removed and the Lease deleted.
+	// WriterLeaseAnnotation on the writer pod names the Lease it is the writer for (a Lease name may be
+	// longer than a label value): no pod is labelled writer for a Lease while another pod still is.
+	WriterLeaseAnnotation = "app.anukkrit.me/writer-lease"
+	// Finalizer is the original operator's finalizer, which an older version of this operator set too;
+	// the operator now removes it on sight (a lock needs none: see the controller package).
 	Finalizer = "statefulsetlock.app.anukkrit.me/finalizer"
 )
