@@ -31,7 +31,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if len(s.pods.held) == 0 {
+	if held := len(s.pods.held); held == 0 || held == 1 && s.released { // the last held pod was just released
 		s.skipStatus = true
 		return reconcile.Result{}, r.finish(ctx, s.ss)
 	}

@@ -33,7 +33,9 @@ type scope struct {
 	// skipStatus leaves the status unwritten: the finalizer was removed (deletion finished), or the API
 	// server did not confirm an adoption (the reconcile its event queues decides anew).
 	skipStatus bool
-	timing     handoverTiming
+	// released is set once this reconcile released the candidate: it is no longer held.
+	released bool
+	timing   handoverTiming
 }
 
 // handoverTiming is where a reconcile that releases a pod spent its time, for the release's log line:
