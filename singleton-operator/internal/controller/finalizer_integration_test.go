@@ -127,3 +127,46 @@ func TestOrphanOfSingletonDeletedBeforeTheFinalizer(t *testing.T) {
 	f.confirmStop("old")
 	f.waitReleased("new")
 }
+
+// TestUninstallLeavesNothingTerminating (issue 16): what `kubectl delete -f deploy/singleton-operator.yaml`
+// does to the StatefulSingletons — the operator goes while they are deleted — with one at rest (a running
+// pod), one without pods, one overlapping an older one (SelectorConflict) and one still carrying the
+// finalizer from an earlier operator version: the operator dropped every finalizer while nothing was
+// held, so with the operator stopped all four are deleted at once, and the running pod keeps running.
+func TestUninstallLeavesNothingTerminating(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	stop := startOperator(t, nil)
+	f.createSingleton("db", func(ss *singletonv1.StatefulSingleton) { ss.Finalizers = []string{singletonv1.Finalizer} })
+	f.createSingleton("empty", func(ss *singletonv1.StatefulSingleton) {
+		ss.Spec.Selector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "none"}}
+	})
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have a one-second resolution
+	f.createSingleton("younger", func(ss *singletonv1.StatefulSingleton) {
+		ss.Spec.Selector = metav1.LabelSelector{MatchLabels: map[string]string{"app": "db", "tier": "x"}}
+	})
+	f.createPod("a", held(singletonv1.HoldModeWrapper))
+	f.waitReleased("a")
+	f.waitCondition("younger", singletonv1.ConditionSelectorConflict, metav1.ConditionTrue)
+	names := []string{"db", "empty", "younger"}
+	require.Eventually(t, func() bool {
+		for _, n := range names {
+			if f.hasFinalizer(n) || f.singleton(n).Status.ObservedGeneration == 0 {
+				return false
+			}
+		}
+		return f.singleton("db").Status.ActivePod == "a"
+	}, wait, tick, "no finalizer at rest, also the one an earlier version put")
+	stop()
+
+	start := time.Now()
+	for _, n := range names {
+		require.NoError(t, suite.Client.Delete(t.Context(), f.singleton(n)))
+	}
+	for _, n := range names {
+		require.Eventually(t, func() bool { return f.singletonGone(n) }, 5*time.Second, tick, "%s deleted without the operator", n)
+	}
+	t.Logf("3 StatefulSingletons deleted without the operator in %s", time.Since(start).Round(time.Millisecond))
+	assert.True(t, f.released("a"), "the running pod keeps running")
+	assert.Equal(t, "true", f.namespaceLabel(), "the namespace label stays (documented)")
+}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // statusChecker watches every status the operator writes for the StatefulSingletons of a namespace and
@@ -183,6 +184,10 @@ func TestStatusNeverContradictsItself(t *testing.T) {
 	require.Eventually(t, func() bool { return f.hasFinalizer("db") && !f.pod("b").DeletionTimestamp.IsZero() }, wait, tick)
 	require.NoError(t, suite.Client.Delete(t.Context(), f.singleton("db")))
 	require.Eventually(t, func() bool { return strings.HasPrefix(f.singleton("db").Status.Message, deletionWaits) }, wait, tick)
+	require.Eventually(t, func() bool {
+		evs := testsupport.Events(t, suite.Client, f.ns, "StatefulSingleton", "db", singletonv1.ReasonDeletionWaiting)
+		return len(evs) == 1 && testsupport.Occurrences(evs) == 1
+	}, wait, tick, "one DeletionWaiting Event")
 	ch.stop(f, "b")
 	f.waitReleased("c")
 	require.Eventually(t, func() bool { return f.singletonGone("db") }, wait, tick)
