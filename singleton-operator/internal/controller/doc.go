@@ -47,7 +47,7 @@
 //     ReplicaSet's Deployment instead of the ReplicaSet, together with every pod carrying the same
 //     singleton label (the webhook puts it on every pod it admits); a pod with neither waits for every
 //     managed or released pod of the namespace. While it waits: Warning Event OrphanHeld on the pod,
-//     looked at again every 2 s (the workload's other pods may be outside the operator's caches). Its
+//     looked at again every 5 s (the workload's other pods may be outside the operator's caches). Its
 //     epoch is one above the epochs of the workload's pods still in the API (no status records the
 //     high-water mark any more). A StatefulSingleton created at the very moment of such a release is
 //     the one window this rule does not close (it would have to be created and release another pod

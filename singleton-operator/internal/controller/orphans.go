@@ -27,7 +27,7 @@ import (
 
 // orphanRecheck is how often a held orphan looks again at its workload's other pods. They may carry no
 // managed label (outside the manager's cache), so their going away wakes nothing; orphans are rare.
-const orphanRecheck = 2 * time.Second
+const orphanRecheck = 5 * time.Second
 
 // orphans releases held pods that no StatefulSingleton selects any more (package documentation, rule
 // "Orphaned held pods"): deleted while the operator was stopped, or in the instant before it added the
