@@ -45,9 +45,10 @@ type handoverTiming struct {
 	list, reserve time.Duration
 }
 
-// Reconcile applies the safety rules of the package documentation to one StatefulSingleton: get it (gone:
-// forget it), keep its namespace labelled, build the scope, write the status once at the end, and reconcile its deletion or
-// its pods.
+// Reconcile applies the safety rules of the package documentation to one StatefulSingleton: get it
+// (gone: forget it), keep its namespace labelled, build the scope, write the status once at the end, and
+// reconcile its deletion or its pods. The finalizer is ensured or dropped by reconcilePods, which knows
+// whether a pod is held.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (result reconcile.Result, reterr error) {
 	began := r.Clock.Now()
 	ss := &singletonv1.StatefulSingleton{}
