@@ -24,7 +24,8 @@ import (
 // really serve TLS): its replicas become Ready only with a rotated certificate whose CA is in the
 // MutatingWebhookConfiguration, the API server reaches them through the Service, pods of a labelled
 // namespace that a StatefulSingleton selects are mutated, others are untouched, and with the webhook
-// server scaled to 0 pod creation is refused in labelled namespaces and works everywhere else.
+// server scaled to 0 pod creation is refused in labelled namespaces and works everywhere else. Once its
+// StatefulSingleton is gone, a pod of a still-labelled namespace is admitted unheld.
 func TestSingletonAdmissionOnTheRealNode(t *testing.T) {
 	framework.Install(t)
 	if !framework.NeedRealNode(t) {
@@ -73,6 +74,33 @@ func TestSingletonAdmissionOnTheRealNode(t *testing.T) {
 	// Label and annotation changes of a managed pod are never blocked (UPDATE is not intercepted).
 	_, err = framework.Kubectl().Run(t.Context(), "label", "-n", ns, "pod", pod.Name, "team=x")
 	require.NoError(t, err)
+
+	// Issue 16: once no StatefulSingleton selects a pod (deleted, or gone with the CRD at uninstall), a
+	// pod created in a namespace that still carries the label is admitted unchanged, never held.
+	t.Run("StatefulSingleton gone", func(t *testing.T) {
+		gone := framework.NewNamespace(t)
+		labelNamespace(t, gone)
+		applySingleton(t, gone, "db", "app: db")
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			created, err := framework.Clientset.CoreV1().Pods(gone).Create(t.Context(), appPod("db-", "db"), metav1.CreateOptions{})
+			require.NoError(c, err)
+			assert.Equal(c, "true", created.Labels[singletonv1.LabelManaged], "held while the StatefulSingleton exists")
+		}, framework.Timeout, framework.Tick)
+		_, err := framework.Kubectl().Run(t.Context(), "delete", "pods", "--all", "-n", gone, "--wait=true", "--timeout=60s")
+		require.NoError(t, err)
+		_, err = framework.Kubectl().Run(t.Context(), "delete", "statefulsingleton", "db", "-n", gone, "--wait=true", "--timeout=60s")
+		require.NoError(t, err)
+		// As an uninstall may leave it: the operator removes it when it sees the last one go.
+		_, err = framework.Kubectl().Run(t.Context(), "label", "--overwrite", "namespace", gone, singletonv1.LabelNamespaceEnabled+"=true")
+		require.NoError(t, err)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			created, err := framework.Clientset.CoreV1().Pods(gone).Create(t.Context(), appPod("db-", "db"), metav1.CreateOptions{})
+			require.NoError(c, err)
+			assert.NotContains(c, created.Labels, singletonv1.LabelManaged, "admitted unheld")
+			assert.Empty(c, created.Spec.SchedulingGates)
+			assert.Len(c, created.Spec.Containers, 1, "no sidecar")
+		}, framework.Timeout, framework.Tick)
+	})
 
 	t.Run("webhook down", func(t *testing.T) {
 		scaleWebhook(t, 0)

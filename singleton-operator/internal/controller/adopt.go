@@ -40,13 +40,13 @@ func (r *Reconciler) reconcileUngated(ctx context.Context, s *scope) error {
 	setCondition(status, ss, singletonv1.ConditionUngatedPod, metav1.ConditionTrue, reason, msg)
 	for _, pod := range pods.ungated {
 		if !reported {
-			r.Recorder.Eventf(ss, pod, corev1.EventTypeWarning, "UngatedPod", "Report", "pod %s matches the selector but carries no start hold", pod.Name)
+			r.Recorder.Eventf(ss, pod, corev1.EventTypeWarning, singletonv1.ConditionUngatedPod, "Report", "pod %s matches the selector but carries no start hold", pod.Name)
 		}
 		if len(pods.active) > 0 && pod.DeletionTimestamp.IsZero() {
 			if err := r.deletePod(ctx, pod); err != nil {
 				return err
 			}
-			r.Recorder.Eventf(ss, pod, corev1.EventTypeWarning, "UngatedPod", "Delete", "deleted pod %s: it carries no start hold while pod %s is active", pod.Name, pods.active[0].Name)
+			r.Recorder.Eventf(ss, pod, corev1.EventTypeWarning, singletonv1.ConditionUngatedPod, "Delete", "deleted pod %s: it carries no start hold while pod %s is active", pod.Name, pods.active[0].Name)
 		}
 	}
 	return nil

@@ -32,8 +32,26 @@
 //     patched, so it only grows and is never reused, also across restarts.
 //   - Past maxTransitionTime the transition is reported (phase Failed, TransitionTimedOut, Event
 //     TransitionTimeout); nothing is released to meet a deadline.
-//   - Deleting the StatefulSingleton keeps the finalizer until no pod is held: a transition in progress
-//     finishes first, and the status says what deletion waits for.
+//   - The finalizer is there only while a pod is held: it is added before the operator acts on a held
+//     pod (before any release, or deletion of a blocking pod, of a handover) and removed by the first
+//     reconcile that sees no held pod. Nothing is acted on until the finalizer write succeeded. Deleting
+//     a StatefulSingleton that has it waits until no pod is held: a transition in progress finishes
+//     first, and the status says what deletion waits for (Event DeletionWaiting). One at rest (one
+//     running pod, none held) has none, so deleting it, or uninstalling the operator with it present,
+//     completes at once; its pods keep running.
+//   - Orphaned held pods: a held pod that no StatefulSingleton selects (listed live) — its
+//     StatefulSingleton was deleted while the operator was stopped, or in the instant before the
+//     finalizer was added — is released (Event OrphanReleased on the pod) only once every other pod of
+//     its workload is gone from the API or terminal, and only the workload's first held pod in candidate
+//     order (newest Deployment revision, newest pod, smallest name). Its workload is its controller, a
+//     ReplicaSet's Deployment instead of the ReplicaSet, together with every pod carrying the same
+//     singleton label (the webhook puts it on every pod it admits); a pod with neither waits for every
+//     managed or released pod of the namespace. While it waits: Warning Event OrphanHeld on the pod,
+//     looked at again every 5 s (the workload's other pods may be outside the operator's caches). Its
+//     epoch is one above the epochs of the workload's pods still in the API (no status records the
+//     high-water mark any more). A StatefulSingleton created at the very moment of such a release is
+//     the one window this rule does not close (it would have to be created and release another pod
+//     between the orphan's live lists and its release patch).
 //   - Overlapping selectors: the older StatefulSingleton (then the smaller name) manages the pods; the
 //     other reports SelectorConflict and does nothing.
 //   - A selector that does not parse (an object created before the CRD refused such selectors) is
@@ -42,6 +60,8 @@
 //   - terminationGracePeriod > maxTransitionTime (the original project's manifests) is accepted and acted
 //     on as written: maxTransitionTime only reports, so the new pod still waits for the old one; the
 //     concern is reported (SpecWarning, reason GracePeriodExceedsTransitionTime, Warning Event).
+//   - Every waiting state has an Event: Ready=False with a new reason (reportWaiting), TransitionTimeout,
+//     FencingRequired, UngatedPod, DeletionWaiting, OrphanHeld, SpecWarning.
 //   - kstatus: Stalled=True while only the user can unblock it (InvalidSelector, SelectorOverlap,
 //     SeveralPodsWithoutHold), Reconciling=True while a handover is in progress (kstatus.go).
 package controller

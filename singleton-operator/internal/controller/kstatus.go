@@ -9,35 +9,11 @@ import (
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
 
-// Condition types and reasons of the kstatus conventions (sigs.k8s.io/cli-utils/pkg/kstatus) and of the
-// spec concerns. They live here, not in shared/api, until the API package takes them over.
-const (
-	// ConditionStalled is True while the StatefulSingleton cannot make progress without a change by the
-	// user (an unparsable selector, a selector overlapping an older StatefulSingleton, several pods without
-	// a start hold and none active): kstatus reads it as Failed.
-	ConditionStalled = "Stalled"
-	// ConditionReconciling is True while a handover is in progress (a new pod is held, also past
-	// maxTransitionTime or while fencing waits for a node): kstatus reads it as InProgress.
-	ConditionReconciling = "Reconciling"
-	// ConditionSpecWarning is True while the spec is accepted and acted on safely but is probably not what
-	// the user meant (reason GracePeriodExceedsTransitionTime). It never changes what the operator does.
-	ConditionSpecWarning = "SpecWarning"
-
-	// ReasonInvalidSelector: spec.selector does not parse (unknown operator, invalid label value); the
-	// message is the parser's. Nothing is observed or acted on; deletion completes at once.
-	ReasonInvalidSelector = "InvalidSelector"
-	// ReasonGracePeriodExceedsTransitionTime: spec.terminationGracePeriod is greater than
-	// spec.maxTransitionTime, so a pod using its grace period makes the handover report TransitionTimedOut.
-	ReasonGracePeriodExceedsTransitionTime = "GracePeriodExceedsTransitionTime"
-	// ReasonHandover: the Reconciling condition's reason while a new pod is held.
-	ReasonHandover = "Handover"
-)
-
 // stalledReasons are the Ready reasons that need a change by the user: the operator waits for it and
 // does nothing else.
 var stalledReasons = map[string]bool{
-	ReasonInvalidSelector:                    true,
-	"SelectorOverlap":                        true,
+	singletonv1.ReasonInvalidSelector:        true,
+	singletonv1.ReasonSelectorOverlap:        true,
 	singletonv1.ReasonSeveralPodsWithoutHold: true,
 }
 
@@ -48,10 +24,10 @@ func reportInvalidSelector(s *scope) {
 	msg := fmt.Sprintf("spec.selector is invalid: %v; the operator does nothing until the StatefulSingleton is re-created with a valid selector", s.invalidSelector)
 	s.status.Phase = singletonv1.PhaseFailed
 	s.status.Message = msg
-	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, ReasonInvalidSelector, msg)
+	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonInvalidSelector, msg)
 }
 
-// reportSpecConcerns reports (ConditionSpecWarning) a spec that the original project accepted and that
+// reportSpecConcerns reports (singletonv1.ConditionSpecWarning) a spec that the original project accepted and that
 // is acted on as written, but is probably a mistake. terminationGracePeriod > maxTransitionTime: the
 // new pod stays held until the old one is gone whatever the deadline (maxTransitionTime only reports),
 // so it is safe, but every old pod that uses more than maxTransitionTime of its grace period makes the
@@ -59,10 +35,10 @@ func reportInvalidSelector(s *scope) {
 func reportSpecConcerns(s *scope) {
 	spec := s.ss.Spec
 	if spec.TerminationGracePeriod <= spec.MaxTransitionTime || spec.MaxTransitionTime <= 0 {
-		meta.RemoveStatusCondition(&s.status.Conditions, ConditionSpecWarning)
+		meta.RemoveStatusCondition(&s.status.Conditions, singletonv1.ConditionSpecWarning)
 		return
 	}
-	setCondition(s.status, s.ss, ConditionSpecWarning, metav1.ConditionTrue, ReasonGracePeriodExceedsTransitionTime,
+	setCondition(s.status, s.ss, singletonv1.ConditionSpecWarning, metav1.ConditionTrue, singletonv1.ReasonGracePeriodExceedsTransitionTime,
 		fmt.Sprintf("spec.terminationGracePeriod (%ds) is greater than spec.maxTransitionTime (%ds): the new pod is still held until the old one is gone, but a handover whose old pod takes more than %ds to stop reports TransitionTimedOut; raise maxTransitionTime to at least %d",
 			spec.TerminationGracePeriod, spec.MaxTransitionTime, spec.MaxTransitionTime, spec.TerminationGracePeriod))
 }
@@ -80,14 +56,14 @@ func summarize(status *singletonv1.StatefulSingletonStatus, ss *singletonv1.Stat
 	ready := meta.FindStatusCondition(status.Conditions, singletonv1.ConditionReady)
 	stalled := ready != nil && ready.Status == metav1.ConditionFalse && stalledReasons[ready.Reason]
 	if stalled {
-		setCondition(status, ss, ConditionStalled, metav1.ConditionTrue, ready.Reason, ready.Message)
+		setCondition(status, ss, singletonv1.ConditionStalled, metav1.ConditionTrue, ready.Reason, ready.Message)
 	} else {
-		meta.RemoveStatusCondition(&status.Conditions, ConditionStalled)
+		meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionStalled)
 	}
 	handover := status.Phase == singletonv1.PhaseTransitioning || status.Phase == singletonv1.PhaseFailed
 	if handover && !stalled && ready != nil && ready.Status == metav1.ConditionFalse {
-		setCondition(status, ss, ConditionReconciling, metav1.ConditionTrue, ReasonHandover, ready.Message)
+		setCondition(status, ss, singletonv1.ConditionReconciling, metav1.ConditionTrue, singletonv1.ReasonHandover, ready.Message)
 	} else {
-		meta.RemoveStatusCondition(&status.Conditions, ConditionReconciling)
+		meta.RemoveStatusCondition(&status.Conditions, singletonv1.ConditionReconciling)
 	}
 }

@@ -60,8 +60,8 @@ func newRunningSingleton(t *testing.T, name string) *fixture {
 // waitStalled waits until ss is Stalled=True with reason, which kstatus reads Failed.
 func (f *fixture) waitStalled(ss, reason string) {
 	f.t.Helper()
-	got := f.waitCondition(ss, ConditionStalled, metav1.ConditionTrue)
-	assert.Equal(f.t, reason, findCondition(got, ConditionStalled).Reason)
+	got := f.waitCondition(ss, singletonv1.ConditionStalled, metav1.ConditionTrue)
+	assert.Equal(f.t, reason, findCondition(got, singletonv1.ConditionStalled).Reason)
 	f.waitKstatus(ss, status.FailedStatus)
 }
 
@@ -94,20 +94,20 @@ func TestInvalidSelectorStalledAndDeletable(t *testing.T) {
 			_, parseErr := metav1.LabelSelectorAsSelector(&sel)
 			require.Error(t, parseErr)
 
-			got := f.waitCondition("bad", ConditionStalled, metav1.ConditionTrue)
-			stalled, ready := findCondition(got, ConditionStalled), findCondition(got, singletonv1.ConditionReady)
-			assert.Equal(t, ReasonInvalidSelector, stalled.Reason)
+			got := f.waitCondition("bad", singletonv1.ConditionStalled, metav1.ConditionTrue)
+			stalled, ready := findCondition(got, singletonv1.ConditionStalled), findCondition(got, singletonv1.ConditionReady)
+			assert.Equal(t, singletonv1.ReasonInvalidSelector, stalled.Reason)
 			assert.Contains(t, stalled.Message, parseErr.Error())
 			require.NotNil(t, ready)
 			assert.Equal(t, metav1.ConditionFalse, ready.Status)
-			assert.Equal(t, ReasonInvalidSelector, ready.Reason)
+			assert.Equal(t, singletonv1.ReasonInvalidSelector, ready.Reason)
 			assert.Equal(t, got.Generation, got.Status.ObservedGeneration)
 			for _, c := range got.Status.Conditions {
 				assert.Equal(t, got.Generation, c.ObservedGeneration, "condition %s", c.Type)
 			}
 			assert.Equal(t, status.FailedStatus, f.computeStatus("bad").Status)
 			require.Eventually(t, func() bool {
-				evs := testsupport.Events(t, suite.Client, f.ns, "StatefulSingleton", "bad", ReasonInvalidSelector)
+				evs := testsupport.Events(t, suite.Client, f.ns, "StatefulSingleton", "bad", singletonv1.ReasonInvalidSelector)
 				return len(evs) == 1 && evs[0].Type == corev1.EventTypeWarning
 			}, wait, tick, "one Warning Event InvalidSelector")
 			assert.False(t, f.released("held"), "no action on any pod")
@@ -134,8 +134,8 @@ func TestGracePeriodExceedsTransitionTimeWarnsAndWorks(t *testing.T) {
 			TerminationGracePeriod: 30, MaxTransitionTime: 1},
 	}
 	require.NoError(t, suite.Client.Create(t.Context(), ss), "the original project's manifest is accepted")
-	got := f.waitCondition("db", ConditionSpecWarning, metav1.ConditionTrue)
-	assert.Equal(t, ReasonGracePeriodExceedsTransitionTime, findCondition(got, ConditionSpecWarning).Reason)
+	got := f.waitCondition("db", singletonv1.ConditionSpecWarning, metav1.ConditionTrue)
+	assert.Equal(t, singletonv1.ReasonGracePeriodExceedsTransitionTime, findCondition(got, singletonv1.ConditionSpecWarning).Reason)
 	f.createPod("old", releasedAt(1))
 	f.createPod("new", held(singletonv1.HoldModeWrapper))
 	f.waitCondition("db", singletonv1.ConditionTransitionTimedOut, metav1.ConditionTrue)
@@ -143,7 +143,7 @@ func TestGracePeriodExceedsTransitionTimeWarnsAndWorks(t *testing.T) {
 	f.confirmStop("old")
 	f.waitReleased("new")
 	f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)
-	evs := testsupport.Events(t, suite.Client, f.ns, "StatefulSingleton", "db", ReasonGracePeriodExceedsTransitionTime)
+	evs := testsupport.Events(t, suite.Client, f.ns, "StatefulSingleton", "db", singletonv1.ReasonGracePeriodExceedsTransitionTime)
 	assert.Equal(t, 1, testsupport.Occurrences(evs), "one Warning Event, not one per reconcile")
 }
 
@@ -160,11 +160,11 @@ func TestKstatusCompute(t *testing.T) {
 	assert.Equal(t, status.InProgressStatus, f.computeStatus("db").Status)
 	f.runPod("db", "a")
 	f.waitKstatus("db", status.CurrentStatus)
-	assert.Nil(t, findCondition(f.singleton("db"), ConditionReconciling))
+	assert.Nil(t, findCondition(f.singleton("db"), singletonv1.ConditionReconciling))
 
 	f.createPod("b", held(singletonv1.HoldModeWrapper))
-	got := f.waitCondition("db", ConditionReconciling, metav1.ConditionTrue)
-	assert.Equal(t, ReasonHandover, findCondition(got, ConditionReconciling).Reason)
+	got := f.waitCondition("db", singletonv1.ConditionReconciling, metav1.ConditionTrue)
+	assert.Equal(t, singletonv1.ReasonHandover, findCondition(got, singletonv1.ConditionReconciling).Reason)
 	f.waitKstatus("db", status.InProgressStatus)
 	f.confirmStop("a")
 	f.waitReleased("b")
@@ -204,6 +204,6 @@ func TestSelectorOverlapReadsFailed(t *testing.T) {
 	f := newRunningSingleton(t, "first")
 	time.Sleep(1100 * time.Millisecond) // creation timestamps have a one-second resolution
 	f.createSingleton("second")
-	f.waitStalled("second", "SelectorOverlap")
+	f.waitStalled("second", singletonv1.ReasonSelectorOverlap)
 	f.waitKstatus("first", status.CurrentStatus)
 }

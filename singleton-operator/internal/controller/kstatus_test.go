@@ -21,16 +21,16 @@ func testScope(spec singletonv1.StatefulSingletonSpec) *scope {
 func TestSpecConcernGracePeriod(t *testing.T) {
 	s := testScope(singletonv1.StatefulSingletonSpec{TerminationGracePeriod: 30, MaxTransitionTime: 1})
 	reportSpecConcerns(s)
-	c := meta.FindStatusCondition(s.status.Conditions, ConditionSpecWarning)
+	c := meta.FindStatusCondition(s.status.Conditions, singletonv1.ConditionSpecWarning)
 	require.NotNil(t, c)
 	assert.Equal(t, metav1.ConditionTrue, c.Status)
-	assert.Equal(t, ReasonGracePeriodExceedsTransitionTime, c.Reason)
+	assert.Equal(t, singletonv1.ReasonGracePeriodExceedsTransitionTime, c.Reason)
 	assert.Equal(t, int64(3), c.ObservedGeneration)
 	assert.Contains(t, c.Message, "30s")
 
 	s.ss.Spec.MaxTransitionTime = 30
 	reportSpecConcerns(s)
-	assert.Nil(t, meta.FindStatusCondition(s.status.Conditions, ConditionSpecWarning))
+	assert.Nil(t, meta.FindStatusCondition(s.status.Conditions, singletonv1.ConditionSpecWarning))
 }
 
 // The warning never changes what the operator does: past maxTransitionTime the transition is reported
@@ -41,8 +41,8 @@ func TestSpecConcernDoesNotShortenTheHold(t *testing.T) {
 	s.status.Phase = singletonv1.PhaseTransitioning
 	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonWaitingForOldPod, "pod new is held until pods old are gone")
 	summarize(s.status, s.ss)
-	assert.True(t, meta.IsStatusConditionTrue(s.status.Conditions, ConditionReconciling))
-	assert.Nil(t, meta.FindStatusCondition(s.status.Conditions, ConditionStalled))
+	assert.True(t, meta.IsStatusConditionTrue(s.status.Conditions, singletonv1.ConditionReconciling))
+	assert.Nil(t, meta.FindStatusCondition(s.status.Conditions, singletonv1.ConditionStalled))
 }
 
 // An unparsable selector: phase Failed, Ready=False and Stalled=True with the parser's message.
@@ -59,15 +59,15 @@ func TestInvalidSelectorPhase(t *testing.T) {
 			summarize(s.status, s.ss)
 			assert.Equal(t, singletonv1.PhaseFailed, s.status.Phase)
 			ready := meta.FindStatusCondition(s.status.Conditions, singletonv1.ConditionReady)
-			stalled := meta.FindStatusCondition(s.status.Conditions, ConditionStalled)
+			stalled := meta.FindStatusCondition(s.status.Conditions, singletonv1.ConditionStalled)
 			require.NotNil(t, ready)
 			require.NotNil(t, stalled)
 			assert.Equal(t, metav1.ConditionFalse, ready.Status)
 			assert.Equal(t, metav1.ConditionTrue, stalled.Status)
-			assert.Equal(t, ReasonInvalidSelector, stalled.Reason)
+			assert.Equal(t, singletonv1.ReasonInvalidSelector, stalled.Reason)
 			assert.Contains(t, stalled.Message, s.invalidSelector.Error())
 			assert.Equal(t, int64(3), stalled.ObservedGeneration)
-			assert.Nil(t, meta.FindStatusCondition(s.status.Conditions, ConditionReconciling), "stalled is not reconciling")
+			assert.Nil(t, meta.FindStatusCondition(s.status.Conditions, singletonv1.ConditionReconciling), "stalled is not reconciling")
 		})
 	}
 }
@@ -87,17 +87,17 @@ func TestSummarize(t *testing.T) {
 		{singletonv1.PhaseFailed, metav1.ConditionFalse, singletonv1.ReasonTransitionTimeout, false, true},
 		{singletonv1.PhaseTransitioning, metav1.ConditionFalse, singletonv1.ReasonNodeNotReady, false, true},
 		{singletonv1.PhaseRunning, metav1.ConditionFalse, singletonv1.ReasonSeveralPodsWithoutHold, true, false},
-		{"", metav1.ConditionFalse, "SelectorOverlap", true, false},
+		{"", metav1.ConditionFalse, singletonv1.ReasonSelectorOverlap, true, false},
 	}
 	for _, c := range cases {
 		s := testScope(singletonv1.StatefulSingletonSpec{})
 		s.status.Phase = c.phase
-		setCondition(s.status, s.ss, ConditionReconciling, metav1.ConditionTrue, ReasonHandover, "stale")
-		setCondition(s.status, s.ss, ConditionStalled, metav1.ConditionTrue, "stale", "stale")
+		setCondition(s.status, s.ss, singletonv1.ConditionReconciling, metav1.ConditionTrue, singletonv1.ReasonHandover, "stale")
+		setCondition(s.status, s.ss, singletonv1.ConditionStalled, metav1.ConditionTrue, "stale", "stale")
 		setCondition(s.status, s.ss, singletonv1.ConditionReady, c.ready, c.reason, "msg")
 		summarize(s.status, s.ss)
-		assert.Equal(t, c.stalled, meta.IsStatusConditionTrue(s.status.Conditions, ConditionStalled), "%s/%s stalled", c.phase, c.reason)
-		assert.Equal(t, c.reconciling, meta.IsStatusConditionTrue(s.status.Conditions, ConditionReconciling), "%s/%s reconciling", c.phase, c.reason)
+		assert.Equal(t, c.stalled, meta.IsStatusConditionTrue(s.status.Conditions, singletonv1.ConditionStalled), "%s/%s stalled", c.phase, c.reason)
+		assert.Equal(t, c.reconciling, meta.IsStatusConditionTrue(s.status.Conditions, singletonv1.ConditionReconciling), "%s/%s reconciling", c.phase, c.reason)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,7 +33,9 @@ type scope struct {
 	// skipStatus leaves the status unwritten: the finalizer was removed (deletion finished), or the API
 	// server did not confirm an adoption (the reconcile its event queues decides anew).
 	skipStatus bool
-	timing     handoverTiming
+	// released is set once this reconcile released the candidate: it is no longer held.
+	released bool
+	timing   handoverTiming
 }
 
 // handoverTiming is where a reconcile that releases a pod spent its time, for the release's log line:
@@ -42,17 +45,20 @@ type handoverTiming struct {
 	list, reserve time.Duration
 }
 
-// Reconcile applies the safety rules of the package documentation to one StatefulSingleton: get it,
-// ensure its finalizer, build the scope, write the status once at the end, and reconcile its deletion or
-// its pods.
+// Reconcile applies the safety rules of the package documentation to one StatefulSingleton: get it
+// (gone: forget it), keep its namespace labelled, build the scope, write the status once at the end, and
+// reconcile its deletion or its pods. The finalizer is ensured or dropped by reconcilePods, which knows
+// whether a pod is held.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (result reconcile.Result, reterr error) {
 	began := r.Clock.Now()
 	ss := &singletonv1.StatefulSingleton{}
-	if err := r.Cache.Get(ctx, req.NamespacedName, ss); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	if err := r.Cache.Get(ctx, req.NamespacedName, ss); apierrors.IsNotFound(err) {
+		return reconcile.Result{}, r.forget(ctx, req.NamespacedName, "") // deleted without the finalizer
+	} else if err != nil {
+		return reconcile.Result{}, err
 	}
 	if ss.DeletionTimestamp.IsZero() {
-		if err := r.ensureFinalizer(ctx, ss); err != nil {
+		if err := r.ensureNamespaceLabel(ctx, ss.Namespace, true); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -72,13 +78,37 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (resu
 	return r.reconcileNormal(ctx, s)
 }
 
-// ensureFinalizer adds the finalizer and the namespace label that scopes the pod webhook; both stay
-// until deletion finishes (finish).
-func (r *Reconciler) ensureFinalizer(ctx context.Context, ss *singletonv1.StatefulSingleton) error {
-	if _, err := opsutil.EnsureFinalizer(ctx, r.Client, ss, singletonv1.Finalizer); err != nil {
-		return err
+// ensureFinalizer adds the finalizer before the operator acts on a held pod (singletonv1.Finalizer): from
+// then on a deletion waits until no pod is held. It reports whether the finalizer is in place; when the
+// write conflicts (the StatefulSingleton changed, e.g. it is being deleted) nothing may be acted on in
+// this reconcile, and the newer version's event reconciles again.
+func (r *Reconciler) ensureFinalizer(ctx context.Context, s *scope) (bool, error) {
+	if s.deleting {
+		return true, nil // it kept the finalizer (an object being deleted without it is gone)
 	}
-	return r.ensureNamespaceLabel(ctx, ss.Namespace, true)
+	if _, err := opsutil.EnsureFinalizer(ctx, r.Client, s.ss, singletonv1.Finalizer); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			s.skipStatus = true
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// dropFinalizer removes the finalizer of a StatefulSingleton that is not being deleted once the caches
+// show no held pod: at rest it has none, so an uninstall that deletes the operator and the CRD together
+// completes. A held pod created meanwhile gets it back before any action (ensureFinalizer).
+func (r *Reconciler) dropFinalizer(ctx context.Context, s *scope) error {
+	if s.deleting || s.pods != nil && len(s.pods.held) > 0 {
+		return nil
+	}
+	_, err := opsutil.RemoveFinalizer(ctx, r.Client, s.ss, singletonv1.Finalizer)
+	if apierrors.IsConflict(err) {
+		s.skipStatus = true // the newer version's event reconciles again
+		return nil
+	}
+	return err
 }
 
 // newScope reads what this reconcile decides on: whether an older StatefulSingleton manages the pods,
@@ -112,11 +142,11 @@ func (r *Reconciler) newScope(ctx context.Context, ss *singletonv1.StatefulSingl
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.Result, error) {
 	if s.invalidSelector != nil {
 		reportInvalidSelector(s)
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, r.dropFinalizer(ctx, s)
 	}
 	if s.winner != "" {
 		reportSelectorConflict(s)
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, r.dropFinalizer(ctx, s)
 	}
 	r.recordObservation(s)
 	if s.adoptable() && runs(s.pods.ungated[0]) {
@@ -137,16 +167,19 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (reconcile.Res
 	}
 	if s.pods.candidate == nil {
 		reportSteady(s)
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, r.dropFinalizer(ctx, s)
+	}
+	if ok, err := r.ensureFinalizer(ctx, s); !ok || err != nil {
+		return reconcile.Result{}, err
 	}
 	return r.transition(ctx, s)
 }
 
 // reportSelectorConflict reports that an older StatefulSingleton (s.winner) manages the pods.
 func reportSelectorConflict(s *scope) {
-	setCondition(s.status, s.ss, singletonv1.ConditionSelectorConflict, metav1.ConditionTrue, "SelectorOverlap",
+	setCondition(s.status, s.ss, singletonv1.ConditionSelectorConflict, metav1.ConditionTrue, singletonv1.ReasonSelectorOverlap,
 		fmt.Sprintf("the selector overlaps StatefulSingleton %s, which is older and manages the pods; this one does nothing", s.winner))
-	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, "SelectorOverlap", "selector overlaps StatefulSingleton "+s.winner)
+	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonSelectorOverlap, "selector overlaps StatefulSingleton "+s.winner)
 	s.status.Message = "selector overlaps StatefulSingleton " + s.winner + "; delete one of them"
 }
 
@@ -159,7 +192,7 @@ func (r *Reconciler) recordObservation(s *scope) {
 	r.reportHoldFallbacks(s.ss, pods.all)
 	if len(pods.active) > 1 {
 		overlaps.Inc()
-		setCondition(s.status, s.ss, singletonv1.ConditionOverlapDetected, metav1.ConditionTrue, "SeveralActivePods",
+		setCondition(s.status, s.ss, singletonv1.ConditionOverlapDetected, metav1.ConditionTrue, singletonv1.ReasonSeveralActivePods,
 			fmt.Sprintf("pods %s are all released and not terminal", podNames(pods.active)))
 	} else {
 		meta.RemoveStatusCondition(&s.status.Conditions, singletonv1.ConditionOverlapDetected)

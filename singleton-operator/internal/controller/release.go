@@ -182,6 +182,7 @@ func (r *Reconciler) release(ctx context.Context, s *scope, pod *corev1.Pod, epo
 		return err
 	}
 	r.recordRelease(ctx, s, pod, epoch, patchStart)
+	s.released = true
 	s.status.Epoch = epoch
 	recordActive(s, pod, "pod "+pod.Name+" is active")
 	r.Recorder.Eventf(s.ss, pod, corev1.EventTypeNormal, singletonv1.ReasonPodStarted, "Release", "released pod %s with epoch %d", pod.Name, epoch)

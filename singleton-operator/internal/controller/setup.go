@@ -64,6 +64,9 @@ func (opts *Options) Setup(_ context.Context, mgr ctrl.Manager) error {
 		goneAt:   map[types.NamespacedName]time.Time{},
 		fallback: map[types.NamespacedName]map[types.UID]bool{},
 	}
+	if err := setupOrphans(mgr, r); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulsingleton").
 		For(&singletonv1.StatefulSingleton{}).

@@ -71,14 +71,14 @@ func (r *Reconciler) writeStatus(ctx context.Context, ss *singletonv1.StatefulSi
 // (TransitionTimeout, NodeNotReady) are left out.
 func (r *Reconciler) reportWaiting(ss *singletonv1.StatefulSingleton, before, after *singletonv1.StatefulSingletonStatus) {
 	opsutil.EventOnTransition(r.Recorder, ss, nil, before.Conditions, after.Conditions, opsutil.Transition{
-		Type: ConditionSpecWarning, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Validate",
+		Type: singletonv1.ConditionSpecWarning, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Validate",
 	})
 	eventType := corev1.EventTypeNormal
 	if now := meta.FindStatusCondition(after.Conditions, singletonv1.ConditionReady); now != nil {
 		switch now.Reason {
 		case singletonv1.ReasonTransitionTimeout, singletonv1.ReasonNodeNotReady:
 			return
-		case "SelectorOverlap", singletonv1.ReasonSeveralPodsWithoutHold, ReasonInvalidSelector:
+		case singletonv1.ReasonSelectorOverlap, singletonv1.ReasonSeveralPodsWithoutHold, singletonv1.ReasonInvalidSelector:
 			eventType = corev1.EventTypeWarning
 		}
 	}

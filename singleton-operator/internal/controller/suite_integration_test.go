@@ -160,6 +160,7 @@ type podOpt func(*corev1.Pod)
 func held(mode singletonv1.HoldMode) podOpt {
 	return func(p *corev1.Pod) {
 		p.Labels[singletonv1.LabelManaged] = "true"
+		p.Labels[singletonv1.LabelSingleton] = "db" // as the webhook labels the pods of StatefulSingleton db
 		p.Annotations[singletonv1.AnnotationHoldMode] = string(mode)
 		p.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: singletonv1.ReadinessGate}}
 		if mode == singletonv1.HoldModeSchedulingGate {

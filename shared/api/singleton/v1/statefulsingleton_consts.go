@@ -29,6 +29,18 @@ const (
 	// ConditionSelectorConflict is True when the selector overlaps another StatefulSingleton's in the
 	// same namespace; the older StatefulSingleton keeps the pods.
 	ConditionSelectorConflict = "SelectorConflict"
+	// ConditionStalled (kstatus) is True while the StatefulSingleton cannot make progress without a
+	// change by the user (an unparsable selector, a selector overlapping an older StatefulSingleton,
+	// several pods without a start hold and none active): kstatus reads it as Failed. Its reason and
+	// message are the Ready condition's.
+	ConditionStalled = "Stalled"
+	// ConditionReconciling (kstatus) is True while a handover is in progress (a new pod is held, also
+	// past maxTransitionTime or while fencing waits for a node): kstatus reads it as InProgress.
+	ConditionReconciling = "Reconciling"
+	// ConditionSpecWarning is True while the spec is accepted and acted on safely but is probably not
+	// what the user meant (reason GracePeriodExceedsTransitionTime). It never changes what the operator
+	// does, and kstatus does not read it.
+	ConditionSpecWarning = "SpecWarning"
 )
 
 // Condition reasons and Event reasons of a StatefulSingleton.
@@ -50,8 +62,31 @@ const (
 	ReasonWaitingForOldPod = "WaitingForOldPod"
 	// ReasonNodeNotReady: the previous pod's node is NotReady/Unknown (FencingRequired).
 	ReasonNodeNotReady = "NodeNotReady"
+	// ReasonInvalidSelector: spec.selector does not parse (unknown operator, invalid label value); the
+	// message is the parser's. Nothing is observed or acted on; deletion completes at once.
+	ReasonInvalidSelector = "InvalidSelector"
+	// ReasonSelectorOverlap: the selector overlaps an older StatefulSingleton's, which manages the pods
+	// (SelectorConflict, Ready and Stalled reason, Warning Event).
+	ReasonSelectorOverlap = "SelectorOverlap"
+	// ReasonSeveralActivePods: two or more released pods are not terminal (OverlapDetected reason).
+	ReasonSeveralActivePods = "SeveralActivePods"
+	// ReasonGracePeriodExceedsTransitionTime: spec.terminationGracePeriod is greater than
+	// spec.maxTransitionTime, so a pod using its grace period makes the handover report TransitionTimedOut.
+	ReasonGracePeriodExceedsTransitionTime = "GracePeriodExceedsTransitionTime"
+	// ReasonHandover: the Reconciling condition's reason while a new pod is held.
+	ReasonHandover = "Handover"
+	// ReasonDeletionWaiting: the StatefulSingleton is being deleted and keeps its finalizer until no pod
+	// is held (Event, once when the wait begins).
+	ReasonDeletionWaiting = "DeletionWaiting"
+	// ReasonOrphanHeld: a held pod that no StatefulSingleton selects any more waits until every other pod
+	// of its workload is gone or terminal (Warning Event on the pod, once per pod).
+	ReasonOrphanHeld = "OrphanHeld"
+	// ReasonOrphanReleased: such a pod was released (Event on the pod).
+	ReasonOrphanReleased = "OrphanReleased"
 )
 
-// Finalizer is put on every StatefulSingleton so that deleting it mid-transition finishes or releases
-// safely instead of stranding a held pod.
+// Finalizer is on a StatefulSingleton only while one of its pods is held: the operator adds it before it
+// acts on a held pod (before any release or handover deletion) and removes it once no pod is held. So
+// deleting it mid-transition lets the transition finish first, and a StatefulSingleton at rest (one
+// running pod, none held) has none, so that uninstalling the operator never leaves it Terminating.
 const Finalizer = "apps.openshift.statefulsingleton.com/finalizer"
