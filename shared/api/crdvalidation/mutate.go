@@ -26,6 +26,9 @@ var interesting = []any{
 // newKeys are the keys a mutation adds to a map: label keys valid and not, and field names the kinds use.
 var newKeys = []string{"app", "tier", "x", "-app", "a/b/c", "example.com/role", strings.Repeat("k", 64), "matchExpressions", "matchLabels", "replicas", "selector", "labels"}
 
+// maxNodes bounds the size of a mutated object (the largest documented example has about 150 nodes).
+const maxNodes = 1000
+
 // Mutate changes obj in place as ops says, three bytes a step: which node of the object (every map,
 // list and value, in a stable order), what to do (replace, delete, add a key, duplicate or empty a
 // list, copy another node here) and with what (an index into the interesting values). It is the
@@ -38,7 +41,9 @@ func Mutate(obj map[string]any, ops []byte) []string {
 		sel, act, val := int(ops[0]), ops[1]%6, int(ops[2])
 		ops = ops[3:]
 		nodes := walk(nil, obj)
-		if len(nodes) == 0 {
+		// Copies and duplicates can double the object each step: past the size of any real manifest the
+		// program stops (the validator and the operator's checks would only spend time).
+		if len(nodes) == 0 || len(nodes) > maxNodes {
 			break
 		}
 		n := nodes[sel%len(nodes)]

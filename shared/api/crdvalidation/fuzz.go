@@ -1,0 +1,115 @@
+package crdvalidation
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+)
+
+// seedPrograms are the mutation programs every seed manifest is added with (Mutate): none (the manifest
+// as written), and a few that touch the selector, the names and the numbers near the front of the
+// object, so that the first minutes of fuzzing already leave the seeds.
+var seedPrograms = [][]byte{
+	nil,
+	{0, 0, 17}, // first node: an invalid value
+	{3, 5, 9, 1, 0, 60},
+	{5, 2, 4, 7, 0, 47, 2, 4, 0},
+	{9, 0, 71, 12, 1, 0},
+}
+
+// acceptedPrograms returns up to n one-step mutation programs of doc, each on another node, that the
+// validator accepts: seeds that already reach the operator's checks with a changed object (most single
+// mutations make an object invalid, and the fuzzer would take long to find the others).
+func acceptedPrograms(v *Validator, doc string, n int) [][]byte {
+	var out [][]byte
+	budget := 300 // validations: the seed corpus runs in every `make test`
+	for sel := 0; sel < 256 && len(out) < n && budget > 0; sel += 3 {
+		for _, act := range []byte{0, 2, 5, 3} {
+			found := false
+			for val := 0; val < len(interesting)+len(newKeys) && !found && budget > 0; val += 3 {
+				budget--
+				obj := map[string]any{}
+				if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+					return nil
+				}
+				p := []byte{byte(sel), act, byte(val)}
+				if len(Mutate(obj, p)) > 0 && len(v.Validate(context.Background(), obj)) == 0 {
+					out, found = append(out, p), true
+				}
+			}
+			if found {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// AddSeeds adds a kind's fuzz seed corpus to f: every documented example and every bad input of
+// docs/bad-input.md, each with a few mutation programs. The fuzz function takes (doc string, ops []byte)
+// and passes them to Admit.
+func AddSeeds(f *testing.F, kind string) {
+	f.Helper()
+	examples, err := Examples(kind)
+	if err != nil {
+		f.Fatal(err)
+	}
+	bad, err := BadInputs(kind)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if len(examples) == 0 || len(bad) == 0 {
+		f.Fatalf("%s: %d examples, %d bad inputs: the seed corpus needs both", kind, len(examples), len(bad))
+	}
+	v, err := ForKind(kind)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, c := range examples {
+		for _, p := range seedPrograms {
+			f.Add(c.Doc, p)
+		}
+		for _, p := range acceptedPrograms(v, c.Doc, 8) {
+			f.Add(c.Doc, p)
+		}
+	}
+	for _, c := range bad {
+		f.Add(c.Doc, []byte(nil))
+	}
+}
+
+// Admit decodes doc, applies the mutation program ops, and asks the kind's validator whether the API
+// server would accept the result. When it does, into (a pointer to the kind's Go type) holds the object
+// as the operator would read it (pruned and defaulted) and Admit returns true with the mutation steps,
+// for the caller's failure messages. A document that is not YAML of this kind, or that the validator
+// refuses, returns false: the API server never hands such an object to the operator. An accepted object
+// that does not decode into the operator's Go type fails t: the informer could not decode it either.
+func Admit(t testing.TB, kind, doc string, ops []byte, into runtime.Object) (steps []string, ok bool) {
+	t.Helper()
+	obj := map[string]any{}
+	if err := yaml.Unmarshal([]byte(doc), &obj); err != nil || obj["kind"] != kind {
+		return nil, false
+	}
+	v, err := ForKind(kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps = Mutate(obj, ops)
+	if errs := v.Validate(t.Context(), obj); len(errs) > 0 {
+		return steps, false
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, into); err != nil {
+		data, _ := yaml.Marshal(obj)
+		t.Fatalf("the API server accepts a %s the operator cannot decode: %v\nmutations: %s\n%s", kind, err, strings.Join(steps, "; "), data)
+	}
+	return steps, true
+}
+
+// Describe is a failure message's account of an accepted object: the mutations and the result.
+func Describe(steps []string, obj any) string {
+	data, _ := yaml.Marshal(obj)
+	return "mutations: " + strings.Join(steps, "; ") + "\n" + string(data)
+}
