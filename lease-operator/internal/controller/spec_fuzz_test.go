@@ -32,14 +32,11 @@ func FuzzStatefulSetLockSpec(f *testing.F) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, doc string, ops []byte) {
 		lock := &leasev1.StatefulSetLock{}
-		steps, ok := crdvalidation.Admit(t, "StatefulSetLock", doc, ops, lock)
-		if !ok {
+		admitted := crdvalidation.Admit(t, "StatefulSetLock", doc, ops, lock)
+		if admitted == nil {
 			return
 		}
-		fail := func(format string, args ...any) {
-			t.Helper()
-			t.Fatalf(format+"\n%s", append(args, crdvalidation.Describe(steps, lock))...)
-		}
+		fail := admitted.Fatalf
 		if errs := validation.IsDNS1123Subdomain(lock.Spec.LeaseName); len(errs) > 0 {
 			fail("Lease name %q: %v", lock.Spec.LeaseName, errs)
 		}

@@ -117,12 +117,12 @@ func AddSeeds(f *testing.F, kind string) {
 
 // Admit decodes doc, applies the mutation program ops, and asks the kind's validator whether the API
 // server would accept the result. When it does, into (a pointer to the kind's Go type) holds the object
-// as the operator would read it (pruned and defaulted) and Admit returns true with the mutation steps,
-// for the caller's failure messages. A document that is not YAML of this kind stands for one of the
-// kind's seed manifests, picked by its bytes. An object the validator refuses returns false: the API
+// as the operator would read it (pruned and defaulted) and Admit returns it as Admitted, whose Fatalf
+// shows the mutation steps and the object. A document that is not YAML of this kind stands for one of the
+// kind's seed manifests, picked by its bytes. An object the validator refuses returns nil: the API
 // server never hands such an object to the operator. An accepted object that does not decode into the
 // operator's Go type fails t: the informer could not decode it either.
-func Admit(t testing.TB, kind, doc string, ops []byte, into runtime.Object) (steps []string, ok bool) {
+func Admit(t testing.TB, kind, doc string, ops []byte, into runtime.Object) *Admitted {
 	t.Helper()
 	v, err := ForKind(kind)
 	if err != nil {
@@ -143,19 +143,27 @@ func Admit(t testing.TB, kind, doc string, ops []byte, into runtime.Object) (ste
 			t.Fatal(err)
 		}
 	}
-	steps = Mutate(obj, ops)
+	steps := Mutate(obj, ops)
 	if errs := v.Validate(t.Context(), obj); len(errs) > 0 {
-		return steps, false
+		return nil
 	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, into); err != nil {
 		data, _ := yaml.Marshal(obj)
 		t.Fatalf("the API server accepts a %s the operator cannot decode: %v\nmutations: %s\n%s", kind, err, strings.Join(steps, "; "), data)
 	}
-	return steps, true
+	return &Admitted{t: t, steps: steps, obj: into}
 }
 
-// Describe is a failure message's account of an accepted object: the mutations and the result.
-func Describe(steps []string, obj any) string {
-	data, _ := yaml.Marshal(obj)
-	return "mutations: " + strings.Join(steps, "; ") + "\n" + string(data)
+// Admitted is an object the validator accepted, and how the fuzz input made it.
+type Admitted struct {
+	t     testing.TB
+	steps []string
+	obj   any
+}
+
+// Fatalf fails the fuzz input with the mutations and the accepted object after the message.
+func (a *Admitted) Fatalf(format string, args ...any) {
+	a.t.Helper()
+	data, _ := yaml.Marshal(a.obj)
+	a.t.Fatalf(format+"\nmutations: %s\n%s", append(args, strings.Join(a.steps, "; "), data)...)
 }

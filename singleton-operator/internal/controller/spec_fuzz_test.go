@@ -34,14 +34,11 @@ func FuzzStatefulSingletonSpec(f *testing.F) {
 	crdvalidation.AddSeeds(f, "StatefulSingleton")
 	f.Fuzz(func(t *testing.T, doc string, ops []byte) {
 		ss := &singletonv1.StatefulSingleton{}
-		steps, ok := crdvalidation.Admit(t, "StatefulSingleton", doc, ops, ss)
-		if !ok {
+		admitted := crdvalidation.Admit(t, "StatefulSingleton", doc, ops, ss)
+		if admitted == nil {
 			return
 		}
-		fail := func(format string, args ...any) {
-			t.Helper()
-			t.Fatalf(format+"\n%s", append(args, crdvalidation.Describe(steps, ss))...)
-		}
+		fail := admitted.Fatalf
 		sel, err := metav1.LabelSelectorAsSelector(&ss.Spec.Selector)
 		if err != nil {
 			fail("the API server accepts a selector the operator reports as %s: %v", ReasonInvalidSelector, err)
