@@ -13,7 +13,8 @@ var interesting = []any{
 	"", "a", "db", "app", "Bogus", "In", "NotIn", "Exists", "DoesNotExist", "in",
 	"my db", "db-", "-db", "a/b/c", "db!", strings.Repeat("v", 63), strings.Repeat("v", 64), strings.Repeat("n", 253),
 	"http://", "http://:9090", "::not a url::", "ftp://prometheus:9090", "http://prometheus:9090", "https://[::1]:9090/x",
-	"up == 0", "invalid_promql{", "sum(rate(x[5m])) >", "rate(x[5m]", "1s", "10ms", "5m", "soon", "-1s",
+	"https://prom:99999", "http://user@:9090", "HTTP://prom", "prometheus:9090", "http://prom?x=1",
+	"up == 0", "invalid_promql{", "sum(rate(x[5m])) >", "rate(x[5m]", `up{pod="{{pod}}"}`, "up{{", "1s", "10ms", "5m", "soon", "-1s",
 	"Always", "Never", "OnDelete", "RollingUpdate", "Parallel", "OrderedReady", "Retain", "Delete", "Wrapper", "SchedulingGate",
 	"50%", "101%", "lots",
 	int64(0), int64(1), int64(2), int64(3), int64(-1), int64(63), int64(64), int64(3600), int64(3601), int64(1 << 31), int64(-1 << 31), int64(1 << 40),
@@ -26,6 +27,10 @@ var interesting = []any{
 // newKeys are the keys a mutation adds to a map: label keys valid and not, and field names the kinds use.
 var newKeys = []string{"app", "tier", "x", "-app", "a/b/c", "example.com/role", strings.Repeat("k", 64), "matchExpressions", "matchLabels", "replicas", "selector", "labels"}
 
+// maxSteps bounds a program: each step walks the whole object, and a few dozen changes already lead far
+// from any seed.
+const maxSteps = 32
+
 // maxNodes bounds the size of a mutated object (the largest documented example has about 150 nodes).
 const maxNodes = 1000
 
@@ -37,7 +42,7 @@ const maxNodes = 1000
 // It returns the steps taken, for a failing input's message.
 func Mutate(obj map[string]any, ops []byte) []string {
 	var steps []string
-	for len(ops) >= 3 {
+	for n := 0; len(ops) >= 3 && n < maxSteps; n++ {
 		sel, act, val := int(ops[0]), ops[1]%6, int(ops[2])
 		ops = ops[3:]
 		nodes := walk(nil, obj)
