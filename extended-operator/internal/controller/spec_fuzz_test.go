@@ -39,15 +39,8 @@ const maxStatefulSetName = 63 - 11
 // by the API server: InvalidTemplate is then Stalled with the server's message; this target builds no
 // such objects. A refused object asserts nothing.
 func FuzzExtendedStatefulSetSpec(f *testing.F) {
-	crdvalidation.AddSeeds(f, "ExtendedStatefulSet")
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	f.Fuzz(func(t *testing.T, doc string, ops []byte) {
-		ests := &extendedv1alpha1.ExtendedStatefulSet{}
-		admitted := crdvalidation.Admit(t, "ExtendedStatefulSet", doc, ops, ests)
-		if admitted == nil {
-			return
-		}
-		fail := admitted.Fatalf
+	crdvalidation.Fuzz(f, "ExtendedStatefulSet", func(t *testing.T, ests *extendedv1alpha1.ExtendedStatefulSet, fail func(string, ...any)) {
 		validLabels := func(what string, l map[string]string) {
 			t.Helper()
 			if errs := metavalidation.ValidateLabels(l, field.NewPath(what)); len(errs) > 0 {

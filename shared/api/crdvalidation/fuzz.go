@@ -154,6 +154,24 @@ func Admit(t testing.TB, kind, doc string, ops []byte, into runtime.Object) *Adm
 	return &Admitted{t: t, steps: steps, obj: into}
 }
 
+// Fuzz is a kind's fuzz target: it adds the seed corpus (AddSeeds) and, for every fuzz input whose
+// object the API server would accept (Admit), calls check with the object as the operator would read it
+// and a fail function that shows the mutations and the object after the message. Inputs the validator
+// refuses assert nothing: the operator never sees them.
+func Fuzz[T any, PT interface {
+	*T
+	runtime.Object
+}](f *testing.F, kind string, check func(t *testing.T, obj PT, fail func(format string, args ...any))) {
+	f.Helper()
+	AddSeeds(f, kind)
+	f.Fuzz(func(t *testing.T, doc string, ops []byte) {
+		obj := PT(new(T))
+		if admitted := Admit(t, kind, doc, ops, obj); admitted != nil {
+			check(t, obj, admitted.Fatalf)
+		}
+	})
+}
+
 // Admitted is an object the validator accepted, and how the fuzz input made it.
 type Admitted struct {
 	t     testing.TB

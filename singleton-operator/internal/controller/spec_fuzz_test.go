@@ -31,14 +31,7 @@ import (
 // StatefulSingleton, SeveralPodsWithoutHold) depend on other objects, not on the spec: CEL cannot see
 // them, and this target does not reach them. A refused object asserts nothing.
 func FuzzStatefulSingletonSpec(f *testing.F) {
-	crdvalidation.AddSeeds(f, "StatefulSingleton")
-	f.Fuzz(func(t *testing.T, doc string, ops []byte) {
-		ss := &singletonv1.StatefulSingleton{}
-		admitted := crdvalidation.Admit(t, "StatefulSingleton", doc, ops, ss)
-		if admitted == nil {
-			return
-		}
-		fail := admitted.Fatalf
+	crdvalidation.Fuzz(f, "StatefulSingleton", func(t *testing.T, ss *singletonv1.StatefulSingleton, fail func(string, ...any)) {
 		sel, err := metav1.LabelSelectorAsSelector(&ss.Spec.Selector)
 		if err != nil {
 			fail("the API server accepts a selector the operator reports as %s: %v", ReasonInvalidSelector, err)
