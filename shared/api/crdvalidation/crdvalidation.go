@@ -156,7 +156,29 @@ func Parse(data []byte) (*Validator, error) {
 // API server would answer on its create (none: accepted). obj is a whole object (apiVersion, kind,
 // metadata, spec) as decoded from JSON or YAML.
 func (v *Validator) Validate(ctx context.Context, obj map[string]any) field.ErrorList {
+	// The request decoder's coercion (apiextensions-apiserver's unstructuredSchemaCoercer, with invalid
+	// metadata refused rather than dropped): metadata that does not decode into ObjectMeta, at the root
+	// or in an embedded resource, is a Bad Request; kind, apiVersion and metadata are set back clean.
+	objectMeta, foundMeta, _, err := schemaobjectmeta.GetObjectMetaWithOptions(obj, schemaobjectmeta.ObjectMetaOptions{})
+	if err != nil {
+		return field.ErrorList{field.Invalid(field.NewPath("metadata"), nil, err.Error())}
+	}
+	kind, apiVersion := obj["kind"], obj["apiVersion"]
 	structuralpruning.Prune(obj, v.structural, true)
+	structuraldefaulting.PruneNonNullableNullsWithoutDefaults(obj, v.structural)
+	if ferr, _ := schemaobjectmeta.CoerceWithOptions(nil, obj, v.structural, false, schemaobjectmeta.CoerceOptions{}); ferr != nil {
+		return field.ErrorList{ferr}
+	}
+	for k, val := range map[string]any{"kind": kind, "apiVersion": apiVersion} {
+		if val != nil {
+			obj[k] = val
+		}
+	}
+	if foundMeta {
+		if err := schemaobjectmeta.SetObjectMeta(obj, objectMeta); err != nil {
+			return field.ErrorList{field.Invalid(field.NewPath("metadata"), nil, err.Error())}
+		}
+	}
 	structuraldefaulting.Default(obj, v.structural)
 	// The API server decodes numbers as int64 when whole (k8s.io/apimachinery/pkg/util/json), the
 	// schema's defaults and sigs.k8s.io/yaml give float64: CEL tells int from double.
