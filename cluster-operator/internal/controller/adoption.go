@@ -35,6 +35,6 @@ func (s *scope) adopt(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	ctrl.LoggerFrom(ctx).Info("Adopted pod", "pod", pod.Name)
-	s.r.Recorder.Eventf(s.sc, pod, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted orphan pod %s", pod.Name)
+	s.r.Recorder.Eventf(s.sc, pod, corev1.EventTypeNormal, clusterv1alpha1.EventAdopted, "Adopt", "Adopted orphan pod %s", pod.Name)
 	return nil
 }

@@ -160,7 +160,7 @@ func (r *Reconciler) retireClaims(ctx context.Context, s *scope) {
 			if neverBound {
 				note = " (never bound: it held no data)"
 			}
-			r.Recorder.Eventf(s.sc, claim, corev1.EventTypeNormal, "ClaimDeleted", "Delete",
+			r.Recorder.Eventf(s.sc, claim, corev1.EventTypeNormal, clusterv1alpha1.EventClaimDeleted, "Delete",
 				"Deleted claim %s of retired identity %s%s", claim.Name, identity, note)
 			continue
 		}
@@ -175,7 +175,7 @@ func (r *Reconciler) retireClaims(ctx context.Context, s *scope) {
 			continue
 		}
 		claimsRetired.WithLabelValues(s.sc.Namespace, s.sc.Name, "Retain").Inc()
-		r.Recorder.Eventf(s.sc, claim, corev1.EventTypeNormal, "ClaimRetained", "Retain",
+		r.Recorder.Eventf(s.sc, claim, corev1.EventTypeNormal, clusterv1alpha1.EventClaimRetained, "Retain",
 			"Kept claim %s of retired identity %s (label %s=true)", claim.Name, identity, clusterv1alpha1.RetiredLabel)
 	}
 }

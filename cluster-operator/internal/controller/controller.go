@@ -295,7 +295,7 @@ func (s *scope) deletePod(ctx context.Context, m *member, reason clusterv1alpha1
 	if reason != clusterv1alpha1.RetiredScaledDown && reason != clusterv1alpha1.RetiredUpdated {
 		eventType = corev1.EventTypeWarning
 	}
-	s.r.Recorder.Eventf(s.sc, pod, eventType, "Retired", "Delete", "Retired identity %s (%s): %s", pod.Name, reason, message)
+	s.r.Recorder.Eventf(s.sc, pod, eventType, clusterv1alpha1.EventRetired, "Delete", "Retired identity %s (%s): %s", pod.Name, reason, message)
 	s.record(pod.Name, pod, reason, message)
 	dt := metav1.NewTime(s.now)
 	pod.DeletionTimestamp = &dt

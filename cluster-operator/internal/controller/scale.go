@@ -93,7 +93,7 @@ func (s *scope) scaleUp(ctx context.Context, live []*member, missing int) error 
 	}
 	s.scaledUp = created
 	if created > 0 {
-		s.r.Recorder.Eventf(s.sc, nil, corev1.EventTypeNormal, "SuccessfulCreate", "Create",
+		s.r.Recorder.Eventf(s.sc, nil, corev1.EventTypeNormal, clusterv1alpha1.EventSuccessfulCreate, "Create",
 			"Created %d pod(s) of new identities, %s..%s", created, names[0], names[created-1])
 	}
 	return nil

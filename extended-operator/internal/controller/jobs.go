@@ -405,9 +405,9 @@ func (r *Reconciler) pruneJobs(ctx context.Context, ests *extendedv1alpha1.Exten
 func jobStatus(js jobs) []extendedv1alpha1.UpgradeJobStatus {
 	out := make([]extendedv1alpha1.UpgradeJobStatus, 0, len(js))
 	for name, j := range js {
-		typ := "Pre"
+		typ := extendedv1alpha1.UpgradeJobTypePre
 		if j.Labels[extendedv1alpha1.UpgradeJobLabel] == extendedv1alpha1.UpgradeJobPost {
-			typ = "Post"
+			typ = extendedv1alpha1.UpgradeJobTypePost
 		}
 		out = append(out, extendedv1alpha1.UpgradeJobStatus{Name: name, Type: typ, Version: int32(jobVersion(j)), State: jobState(j)})
 	}

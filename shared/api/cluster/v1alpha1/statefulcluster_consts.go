@@ -83,6 +83,21 @@ const (
 	ReasonHookPortNotFound = "HookPortNotFound"
 )
 
+// Event reasons of a StatefulCluster's normal work (the waiting states' Events use the condition
+// reasons above: CreateFailed, DeleteFailed, ClaimPending, Unschedulable, ...).
+const (
+	// EventAdopted: an orphan pod the selector selects was adopted (its owner reference set).
+	EventAdopted = "Adopted"
+	// EventRetired: an identity was retired (its pod deleted); Warning unless scaled down or updated.
+	EventRetired = "Retired"
+	// EventSuccessfulCreate: pods of new identities were created (the name a StatefulSet's Event has).
+	EventSuccessfulCreate = "SuccessfulCreate"
+	// EventClaimDeleted: a claim of a retired identity was deleted (retention policy Delete).
+	EventClaimDeleted = "ClaimDeleted"
+	// EventClaimRetained: a claim of a retired identity was kept and labelled RetiredLabel=true.
+	EventClaimRetained = "ClaimRetained"
+)
+
 // Labels and annotations the operator puts on the objects it creates.
 const (
 	// ClusterNameLabel carries the StatefulCluster's name on its pods, claims and ControllerRevisions

@@ -2,88 +2,24 @@ package v1alpha1
 
 import (
 	"encoding/json"
-	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
-	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
-	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
-	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/yaml"
+
+	"github.com/statefulops/statefulops/shared/api/crdvalidation"
 )
 
-// crdFile is the generated CRD (make manifests) whose schema and CEL rules the API server enforces.
-const crdFile = "../../../../extended-operator/config/crd/bases/fissile.cloudfoundry.org_extendedstatefulsets.yaml"
-
-// The API server's CEL limits (k8s.io/apiserver/pkg/apis/cel PerCallLimit and RuntimeCELCostBudget),
-// repeated so this module needs no direct dependency on k8s.io/apiserver.
-const (
-	celPerCallLimit = 1000000
-	celCostBudget   = 10000000
-)
-
-// apiServer evaluates what the API server checks at create time, offline: structural defaulting, the
-// OpenAPI schema (ranges, types) and the x-kubernetes-validations CEL rules of the generated CRD.
-type apiServer struct {
-	structural *structuralschema.Structural
-	schema     apiservervalidation.SchemaCreateValidator
-	cel        *cel.Validator
-}
-
-var (
-	loadOnce   sync.Once
-	loaded     *apiServer
-	loadFailed error
-)
-
-func offlineAPIServer(t testing.TB) *apiServer {
-	loadOnce.Do(func() {
-		loaded, loadFailed = loadAPIServer()
-	})
-	if loadFailed != nil {
-		t.Fatalf("loading %s: %v", crdFile, loadFailed)
-	}
-	return loaded
-}
-
-func loadAPIServer() (*apiServer, error) {
-	data, err := os.ReadFile(crdFile)
+// admit returns the errors the API server would answer on the create of obj (defaulted in place): the
+// generated CRD's schema and CEL rules, evaluated offline by shared/api/crdvalidation.
+func admit(t testing.TB, obj map[string]any) field.ErrorList {
+	v, err := crdvalidation.ForKind("ExtendedStatefulSet")
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(data, crd); err != nil {
-		return nil, err
-	}
-	internal := &apiextensions.JSONSchemaProps{}
-	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(crd.Spec.Versions[0].Schema.OpenAPIV3Schema, internal, nil); err != nil {
-		return nil, err
-	}
-	s, err := structuralschema.NewStructural(internal)
-	if err != nil {
-		return nil, err
-	}
-	validator, _, err := apiservervalidation.NewSchemaValidator(internal)
-	if err != nil {
-		return nil, err
-	}
-	return &apiServer{structural: s, schema: validator, cel: cel.NewValidator(s, true, celPerCallLimit)}, nil
-}
-
-// admit defaults obj and returns the errors the API server would answer, on the fields the fuzz target
-// varies (the rest of the fixed object is the sample's and valid).
-func (a *apiServer) admit(t testing.TB, obj map[string]any) field.ErrorList {
-	structuraldefaulting.Default(obj, a.structural)
-	errs := apiservervalidation.ValidateCustomResource(nil, obj, a.schema)
-	celErrs, _ := a.cel.Validate(t.Context(), nil, a.structural, obj, nil, celCostBudget)
-	return append(errs, celErrs...)
+	return v.Validate(t.Context(), obj)
 }
 
 // durationSyntax is the CRD's pattern for the watch times and the quiet period.
@@ -206,7 +142,7 @@ func FuzzCELMatchesGo(f *testing.F) {
 			return // JSON carries only valid UTF-8
 		}
 		obj := in.object()
-		errs := offlineAPIServer(t).admit(t, obj)
+		errs := admit(t, obj)
 		want := in.goVerdict()
 		if (len(errs) == 0) != want {
 			t.Fatalf("CEL/schema and Go disagree on %+v: Go says valid=%v, the API server says %v", in, want, errs.ToAggregate())

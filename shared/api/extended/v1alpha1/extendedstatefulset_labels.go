@@ -86,6 +86,10 @@ const (
 	UpgradeJobPre = "pre"
 	// UpgradeJobPost is a post upgrade Job.
 	UpgradeJobPost = "post"
+	// UpgradeJobTypePre is status.upgradeJobs[].type of a pre upgrade Job.
+	UpgradeJobTypePre = "Pre"
+	// UpgradeJobTypePost is status.upgradeJobs[].type of a post upgrade Job.
+	UpgradeJobTypePost = "Post"
 	// JobRunning: the Job has neither finished condition yet.
 	JobRunning = "Running"
 	// JobComplete: the Job's Complete condition is True.
