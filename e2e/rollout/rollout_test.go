@@ -78,7 +78,7 @@ func TestRollout(t *testing.T) {
 
 	t.Run("3 replicas roll 3→2→1→0 after passing checks", func(t *testing.T) {
 		ns, pw := setup(t, 3, 0, 2, 0, nil)
-		waitRolloutPhase(t, ns, "pr", "Ready")
+		waitRolloutPhase(t, ns, "pr", "Updated")
 		waitPartitionValue(t, ns, "web", 3)
 		framework.BumpTemplate(t, ns, "web", "2")
 		waitRolloutPhase(t, ns, "pr", "Updated")

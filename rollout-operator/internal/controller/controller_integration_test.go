@@ -44,7 +44,7 @@ func TestRollsOnePodAtATimeOnlyAfterPassingChecks(t *testing.T) {
 	log := f.simulateStatefulSetController()
 	f.createRollout()
 	f.waitPartition(3)
-	f.waitPhase(rolloutv1alpha1.PhaseReady)
+	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 	sts := f.sts()
 	assert.Equal(t, "pr", sts.Annotations[rolloutv1alpha1.ManagedByAnnotation])
 	owned := false
@@ -58,7 +58,7 @@ func TestRollsOnePodAtATimeOnlyAfterPassingChecks(t *testing.T) {
 
 	started := time.Now()
 	f.newRevision("web-r2")
-	pr := f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	pr := f.waitRolledTo("web-r2")
 	assert.NotNil(t, pr.Status.RolloutEndTime)
 	// Back to idle: the partition is held at replicas again.
 	f.waitPartition(3)
@@ -193,7 +193,7 @@ func TestOrdinalsStart(t *testing.T) {
 	})
 	f.waitPartition(3)
 	f.newRevision("web-r2")
-	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	f.waitRolledTo("web-r2")
 	var exprs []string
 	for _, q := range checker.recorded() {
 		exprs = append(exprs, q.Expr)
@@ -221,7 +221,7 @@ func TestSkipCheckAliasesAndDeletion(t *testing.T) {
 		f.simulateStatefulSetController()
 		f.createRollout()
 		f.waitPartition(3)
-		f.waitPhase(rolloutv1alpha1.PhaseReady)
+		f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			pr := f.rollout()
 			pr.Spec.SkipCheck = ptr.To(true)
@@ -298,7 +298,7 @@ func TestSecretCredentialsReachTheChecker(t *testing.T) {
 	})
 	f.waitPartition(1)
 	f.newRevision("web-r2")
-	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	f.waitRolledTo("web-r2")
 	q := checker.recorded()[0]
 	assert.Equal(t, "tok", q.Token)
 	assert.Equal(t, "u", q.Username)

@@ -199,9 +199,15 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 		return reconcile.Result{}, err
 	}
 	s.overheadStart = &checkedAt
+	start := int32(0)
+	if sts.Spec.Ordinals != nil {
+		start = sts.Spec.Ordinals.Start
+	}
 	pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{
 		Partition: ptr.To(next),
 		Status:    rolloutv1alpha1.StepWaitForPodToBeUpdated,
+		// The pod this move releases, as beginStep names it: the step's Event names it.
+		Pod: fmt.Sprintf("%s-%d", sts.Name, start+max(min(next, s.replicas-1), 0)),
 	}
 	pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts.Name, pr.Status.UpdateRevision, next)
 	return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
