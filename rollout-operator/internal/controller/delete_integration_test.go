@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,14 +21,10 @@ import (
 // ownership annotation.
 func (f *fixture) freeze(owner string, partition int32) {
 	f.t.Helper()
+	f.annotate(owner)
 	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		sts := f.sts()
-		if sts.Annotations == nil {
-			sts.Annotations = map[string]string{}
-		}
-		sts.Annotations[rolloutv1alpha1.ManagedByAnnotation] = owner
-		sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType,
-			RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(partition)}}
+		sts.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(partition)}
 		return suite.Client.Update(context.Background(), sts)
 	}))
 }
@@ -45,45 +40,6 @@ func (f *fixture) waitHandedBack(partition int32) {
 
 func (f *fixture) gone(name string) bool {
 	return isNotFound(suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, &rolloutv1alpha1.PhasedRollout{}))
-}
-
-// A PhasedRollout has no finalizer: deleting it completes at once, and the operator hands the
-// StatefulSet back once it finds it gone: idle, partition 0 (Event PartitionReleased); mid-rollout,
-// the partition stays (Event PartitionLeftOnDeletion); the annotation goes in both cases.
-func TestDeletionHandsBackWithoutFinalizer(t *testing.T) {
-	startOperator(t, newFakeChecker(VerdictFail))
-
-	t.Run("idle", func(t *testing.T) {
-		f := newFixture(t, 3, 0)
-		f.createRollout()
-		f.waitPhase(rolloutv1alpha1.PhaseUpdated)
-		f.waitPartition(3)
-		assert.Empty(t, f.rollout().Finalizers)
-		require.NoError(t, suite.Client.Delete(context.Background(), f.rollout()))
-		assert.True(t, f.gone("pr"), "deleted at once: nothing holds it")
-		f.waitHandedBack(0)
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			assert.Len(c, testsupport.Events(t, suite.Client, f.ns, "StatefulSet", "web", rolloutv1alpha1.EventPartitionReleased), 1)
-		}, wait, tick, "PartitionReleased Event")
-	})
-	t.Run("mid-rollout", func(t *testing.T) {
-		f := newFixture(t, 3, 0)
-		f.simulateStatefulSetController()
-		f.createRollout()
-		f.waitPartition(3)
-		f.newRevision("web-r2")
-		f.waitPhase(rolloutv1alpha1.PhaseRolling)
-		require.NoError(t, suite.Client.Delete(context.Background(), f.rollout()))
-		assert.True(t, f.gone("pr"), "deleted at once: nothing holds it")
-		f.waitHandedBack(3)
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			evs := testsupport.Events(t, suite.Client, f.ns, "StatefulSet", "web", rolloutv1alpha1.EventPartitionLeftOnDeletion)
-			if assert.Len(c, evs, 1) {
-				assert.Equal(c, corev1.EventTypeWarning, evs[0].Type)
-				assert.Contains(c, evs[0].Note, "stays at 3")
-			}
-		}, wait, tick, "PartitionLeftOnDeletion Event")
-	})
 }
 
 // StatefulSets whose annotation names a PhasedRollout that no longer exists (deleted while the operator

@@ -15,7 +15,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -234,24 +233,13 @@ func TestStatusNeverContradictsItself(t *testing.T) {
 	f.waitPhase(rolloutv1alpha1.PhaseFailed)
 	assert.Equal(t, status.FailedStatus, f.kstatusOf())
 	checker.set(VerdictPass)
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pr := f.rollout()
-		pr.Spec.Check.MaxTries = ptr.To[int32](5)
-		return suite.Client.Update(context.Background(), pr)
-	}))
+	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.MaxTries = ptr.To[int32](5) })
 	f.waitRolledTo("web-r3")
 
-	setSkip := func(skip bool) {
-		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			pr := f.rollout()
-			pr.Spec.SkipCheck = ptr.To(skip)
-			return suite.Client.Update(context.Background(), pr)
-		}))
-	}
-	setSkip(true)
+	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.SkipCheck = ptr.To(true) })
 	f.waitPhase(rolloutv1alpha1.PhaseSuspended)
 	f.waitPartition(0)
-	setSkip(false)
+	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.SkipCheck = ptr.To(false) })
 	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 	f.waitPartition(3)
 

@@ -305,6 +305,16 @@ func (f *fixture) waitPhase(phase rolloutv1alpha1.PhasedRolloutPhase) *rolloutv1
 	return pr
 }
 
+// updateRollout changes the spec of the PhasedRollout "pr" (retrying on conflicts).
+func (f *fixture) updateRollout(mod func(*rolloutv1alpha1.PhasedRollout)) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pr := f.rollout()
+		mod(pr)
+		return suite.Client.Update(context.Background(), pr)
+	}))
+}
+
 // waitRolledTo waits for phase Updated at revision rev: the rollout to rev finished (idle before it is
 // Updated too, at the previous revision).
 func (f *fixture) waitRolledTo(rev string) *rolloutv1alpha1.PhasedRollout {

@@ -3,14 +3,12 @@
 package controller
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
@@ -79,18 +77,10 @@ func TestEveryWaitingStateHasOneEvent(t *testing.T) {
 
 	// Retry with passing checks: each partition move waits for the rolled pod to be updated and Ready.
 	checker.set(VerdictPass)
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pr := f.rollout()
-		pr.Spec.Check.MaxTries = ptr.To[int32](10)
-		return suite.Client.Update(context.Background(), pr)
-	}))
+	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.MaxTries = ptr.To[int32](10) })
 	f.waitRolledTo("web-r2")
 
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pr := f.rollout()
-		pr.Spec.SkipCheck = ptr.To(true)
-		return suite.Client.Update(context.Background(), pr)
-	}))
+	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.SkipCheck = ptr.To(true) })
 	f.waitPhase(rolloutv1alpha1.PhaseSuspended)
 	f.setOnDelete()
 	f.waitPhase(rolloutv1alpha1.PhaseErrorCannotManage)
