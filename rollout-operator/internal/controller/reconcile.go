@@ -189,8 +189,9 @@ func (r *Reconciler) cannotManage(ctx context.Context, s *scope) (bool, error) {
 }
 
 // takeOverStale takes over a StatefulSet whose ManagedByAnnotation names owner, a PhasedRollout that
-// no longer exists (deleted without its finalizer, e.g. while the operator was uninstalled) or that
-// targets another StatefulSet: nothing would ever hand it back otherwise. It rewrites the annotation
+// no longer exists (the hand-back of reconcileDelete has not happened yet: the two race, either
+// outcome leaves this PhasedRollout managing it) or that targets another StatefulSet, which would
+// never hand it back. It rewrites the annotation
 // with the partition the StatefulSet has (its default 0 when unset), so the StatefulSet rolls exactly
 // as before until this PhasedRollout decides, and reports whether it took it over. An owner that
 // exists and targets this StatefulSet keeps it.
