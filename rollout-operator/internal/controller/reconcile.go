@@ -243,10 +243,20 @@ func (r *Reconciler) suspend(ctx context.Context, s *scope) error {
 }
 
 // holdIfNew freezes a StatefulSet that is not yet managed (partition = replicas) before its
-// revisions are known, so that nothing rolls unchecked meanwhile.
+// revisions are known, so that nothing rolls unchecked meanwhile, and says so once (a PhasedRollout
+// under way waits for a moment after each template change, silently).
 func (r *Reconciler) holdIfNew(ctx context.Context, s *scope) error {
-	if s.pr.Status.Phase == "" {
-		return r.applyPartition(ctx, s.pr, s.sts, s.replicas, true)
+	pr := s.pr
+	if pr.Status.Phase != "" {
+		return nil
 	}
+	if err := r.applyPartition(ctx, pr, s.sts, s.replicas, true); err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("waiting for the StatefulSet controller to compute the revisions of StatefulSet %s; the partition is held at %d meanwhile", s.sts.Name, s.replicas)
+	if pr.Status.Message != msg {
+		s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventWaitForStatefulSetController, "%s", msg)
+	}
+	pr.Status.Message = msg
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
@@ -104,4 +105,30 @@ func TestEveryWaitingStateHasOneEvent(t *testing.T) {
 		rolloutv1alpha1.EventSuspended, rolloutv1alpha1.EventCannotManage} {
 		assert.Len(t, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", reason), 1, "Events %s", reason)
 	}
+}
+
+// A new PhasedRollout whose StatefulSet's latest spec the StatefulSet controller has not observed yet
+// holds the partition and says why in one Event, however long it waits.
+func TestWaitingForTheStatefulSetControllerHasAnEvent(t *testing.T) {
+	startOperator(t, newFakeChecker(VerdictPass))
+	f := newFixture(t, 2, 0)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sts := f.sts()
+		sts.Spec.Template.Annotations = map[string]string{"changed": "yes"} // a new generation, not yet observed
+		return suite.Client.Update(t.Context(), sts)
+	}))
+	f.createRollout()
+	f.waitPartition(2)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.EventWaitForStatefulSetController)
+		if assert.Len(c, evs, 1) {
+			assert.Contains(c, evs[0].Note, "partition is held at 2")
+		}
+	}, wait, tick, "WaitForStatefulSetController Event")
+	testsupport.NeverWithin(t, 3*time.Second, 100*time.Millisecond, func() bool {
+		evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.EventWaitForStatefulSetController)
+		return len(evs) != 1 || evs[0].Series != nil
+	}, "the Event repeated while waiting")
+	f.setRevisions("web-r1", "web-r1")
+	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 }

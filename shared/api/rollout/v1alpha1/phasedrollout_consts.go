@@ -86,6 +86,10 @@ const (
 	// EventOwnershipTakenOver is recorded when a PhasedRollout takes over a StatefulSet whose
 	// ManagedByAnnotation names a PhasedRollout that no longer exists or targets another StatefulSet.
 	EventOwnershipTakenOver = "OwnershipTakenOver"
+	// EventWaitForStatefulSetController is recorded when a new PhasedRollout waits for the
+	// StatefulSet controller to compute the revisions of its StatefulSet's latest spec (the partition
+	// is held at replicas meanwhile).
+	EventWaitForStatefulSetController = "WaitForStatefulSetController"
 	// EventWaitForPodsToReturn is recorded when the template went back to the current revision and
 	// the partition is held until the pods above it are back on it.
 	EventWaitForPodsToReturn = "WaitForPodsToReturn"
