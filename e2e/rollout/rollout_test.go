@@ -328,8 +328,12 @@ func TestRolloutAdoptsANativeRollout(t *testing.T) {
 	pw := watchPartition(t, ns, "web")
 	createPhasedRollout(t, ns, "pr", "web", proxy.url, 2, 0, nil)
 	waitPartitionValue(t, ns, "web", 2)
-	pr, err := getPhasedRollout(t, ns, "pr")
-	require.NoError(t, err)
+	// The status that records the adoption is written just after the partition.
+	var pr *rolloutv1alpha1.PhasedRollout
+	require.Eventually(t, func() bool {
+		pr, err = getPhasedRollout(t, ns, "pr")
+		return err == nil && pr.Status.AdoptedPartition != nil
+	}, framework.Timeout, framework.Tick, "status.adoptedPartition written")
 	adopted := int64(ptr.Deref(pr.Status.AdoptedPartition, 0))
 	assert.Equal(t, int64(2), adopted)
 	// Past the native rollout's minReadySeconds: without the adoption web-1 would have rolled by now.

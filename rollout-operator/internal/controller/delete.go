@@ -50,8 +50,8 @@ func (r *Reconciler) handBack(ctx context.Context, owner types.NamespacedName, n
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: owner.Namespace, Name: name}, sts); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if sts.Annotations[rolloutv1alpha1.ManagedByAnnotation] != owner.Name {
-		return nil // taken over (or released) since the list
+	if sts.Annotations[rolloutv1alpha1.ManagedByAnnotation] != owner.Name || !sts.DeletionTimestamp.IsZero() {
+		return nil // taken over (or released) since the list, or going away with its namespace
 	}
 	partition := int32(0)
 	midRollout := sts.Status.UpdateRevision != sts.Status.CurrentRevision
