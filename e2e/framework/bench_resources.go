@@ -264,7 +264,7 @@ func ResWaitSettled(t *testing.T, o *ResOperator) {
 		}
 		settled = func(u *unstructured.Unstructured) bool {
 			phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
-			return phase == "Ready"
+			return phase == "Updated" // idle (the original project's value)
 		}
 	case "cluster":
 		list = func(ctx context.Context) (*unstructured.UnstructuredList, error) {

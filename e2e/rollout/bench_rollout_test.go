@@ -53,7 +53,7 @@ func TestBenchRolloutStep(t *testing.T) {
 		rollouts = append(rollouts, rollout{ns, pw})
 	}
 	for _, r := range rollouts {
-		waitRolloutPhase(t, r.ns, "pr", "Ready")
+		waitRolloutPhase(t, r.ns, "pr", "Updated")
 		waitPartitionValue(t, r.ns, "web", rolloutBenchReplicas)
 	}
 	for _, r := range rollouts {

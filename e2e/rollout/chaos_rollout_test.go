@@ -41,7 +41,7 @@ func TestChaosRollout(t *testing.T) {
 	framework.RolloutStatefulSet(t, ns, "web", replicas, 0)
 	pws := []*partitionWatch{watchPartition(t, ns, "web")}
 	createPhasedRollout(t, ns, "pr", "web", rp.url, threshold, 0, nil)
-	waitRolloutPhase(t, ns, "pr", "Ready")
+	waitRolloutPhase(t, ns, "pr", "Updated")
 
 	// Random check results: each pod's gauge is failing 20 % of the time, re-drawn every 0.2–0.8 s.
 	c.Schedule("check-results", 200*time.Millisecond, 800*time.Millisecond, func(_ context.Context, rng *rand.Rand) error {

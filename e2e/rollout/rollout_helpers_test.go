@@ -397,11 +397,22 @@ func rolloutPhase(t *testing.T, ns, name string) (phase, step string) {
 	return string(pr.Status.Phase), step
 }
 
+// waitRolloutPhase waits for the phase want. Updated is both idle and a finished rollout (the
+// original project's value), so it is waited for only at the StatefulSet's latest revision: the
+// StatefulSet controller observed its spec and every pod runs the revision the PhasedRollout rolled.
 func waitRolloutPhase(t *testing.T, ns, name, want string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		phase, _ := rolloutPhase(t, ns, name)
-		return phase == want
+		pr, err := getPhasedRollout(t, ns, name)
+		if err != nil || string(pr.Status.Phase) != want {
+			return false
+		}
+		if want != string(rolloutv1alpha1.PhaseUpdated) {
+			return true
+		}
+		sts, err := framework.Clientset.AppsV1().StatefulSets(ns).Get(t.Context(), pr.Spec.TargetRef, metav1.GetOptions{})
+		return err == nil && sts.Status.ObservedGeneration == sts.Generation && sts.Status.UpdateRevision == sts.Status.CurrentRevision &&
+			sts.Status.UpdateRevision == pr.Status.UpdateRevision
 	}, framework.Timeout, framework.Tick, "PhasedRollout %s phase %s", name, want)
 }
 

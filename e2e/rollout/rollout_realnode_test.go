@@ -89,7 +89,7 @@ func TestRolloutOnTheRealNode(t *testing.T) {
 			"query": map[string]any{"expr": expr, "url": proxyURL.Host, "secretRef": "prom-auth"}, // no scheme: http (seed example style)
 		},
 	})
-	waitRolloutPhase(t, ns, "pr", "Ready")
+	waitRolloutPhase(t, ns, "pr", "Updated")
 	waitPartitionValue(t, ns, "web", 3)
 
 	// 1. A rollout that passes.

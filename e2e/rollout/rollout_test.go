@@ -78,7 +78,7 @@ func TestRollout(t *testing.T) {
 
 	t.Run("3 replicas roll 3→2→1→0 after passing checks", func(t *testing.T) {
 		ns, pw := setup(t, 3, 0, 2, 0, nil)
-		waitRolloutPhase(t, ns, "pr", "Ready")
+		waitRolloutPhase(t, ns, "pr", "Updated")
 		waitPartitionValue(t, ns, "web", 3)
 		framework.BumpTemplate(t, ns, "web", "2")
 		waitRolloutPhase(t, ns, "pr", "Updated")
@@ -328,8 +328,12 @@ func TestRolloutAdoptsANativeRollout(t *testing.T) {
 	pw := watchPartition(t, ns, "web")
 	createPhasedRollout(t, ns, "pr", "web", proxy.url, 2, 0, nil)
 	waitPartitionValue(t, ns, "web", 2)
-	pr, err := getPhasedRollout(t, ns, "pr")
-	require.NoError(t, err)
+	// The status that records the adoption is written just after the partition.
+	var pr *rolloutv1alpha1.PhasedRollout
+	require.Eventually(t, func() bool {
+		pr, err = getPhasedRollout(t, ns, "pr")
+		return err == nil && pr.Status.AdoptedPartition != nil
+	}, framework.Timeout, framework.Tick, "status.adoptedPartition written")
 	adopted := int64(ptr.Deref(pr.Status.AdoptedPartition, 0))
 	assert.Equal(t, int64(2), adopted)
 	// Past the native rollout's minReadySeconds: without the adoption web-1 would have rolled by now.

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // newRevision plays a template change: the StatefulSet controller computes a new update revision.
@@ -44,7 +45,7 @@ func TestRollsOnePodAtATimeOnlyAfterPassingChecks(t *testing.T) {
 	log := f.simulateStatefulSetController()
 	f.createRollout()
 	f.waitPartition(3)
-	f.waitPhase(rolloutv1alpha1.PhaseReady)
+	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 	sts := f.sts()
 	assert.Equal(t, "pr", sts.Annotations[rolloutv1alpha1.ManagedByAnnotation])
 	owned := false
@@ -58,7 +59,7 @@ func TestRollsOnePodAtATimeOnlyAfterPassingChecks(t *testing.T) {
 
 	started := time.Now()
 	f.newRevision("web-r2")
-	pr := f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	pr := f.waitRolledTo("web-r2")
 	assert.NotNil(t, pr.Status.RolloutEndTime)
 	// Back to idle: the partition is held at replicas again.
 	f.waitPartition(3)
@@ -193,7 +194,7 @@ func TestOrdinalsStart(t *testing.T) {
 	})
 	f.waitPartition(3)
 	f.newRevision("web-r2")
-	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	f.waitRolledTo("web-r2")
 	var exprs []string
 	for _, q := range checker.recorded() {
 		exprs = append(exprs, q.Expr)
@@ -204,8 +205,9 @@ func TestOrdinalsStart(t *testing.T) {
 }
 
 // TestSkipCheckAliasesAndDeletion: skipCheck (or standardRollingUpdate) resumes the normal rolling
-// update; deleting when idle hands the StatefulSet back with partition 0, mid-rollout leaves the
-// partition and records an Event on the StatefulSet.
+// update. A PhasedRollout has no finalizer: deleting it completes at once, and the operator hands the
+// StatefulSet back once it finds it gone: idle, partition 0 (Event PartitionReleased); mid-rollout,
+// the partition stays (Event PartitionLeftOnDeletion); the annotation goes in both cases.
 func TestSkipCheckAliasesAndDeletion(t *testing.T) {
 	checker := newFakeChecker(VerdictFail)
 	startOperator(t, checker)
@@ -221,7 +223,7 @@ func TestSkipCheckAliasesAndDeletion(t *testing.T) {
 		f.simulateStatefulSetController()
 		f.createRollout()
 		f.waitPartition(3)
-		f.waitPhase(rolloutv1alpha1.PhaseReady)
+		f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			pr := f.rollout()
 			pr.Spec.SkipCheck = ptr.To(true)
@@ -235,12 +237,13 @@ func TestSkipCheckAliasesAndDeletion(t *testing.T) {
 			return suite.Client.Update(context.Background(), pr)
 		}))
 		f.waitPartition(3)
+		assert.Empty(t, f.rollout().Finalizers, "no finalizer: deletion never waits for the operator")
 		require.NoError(t, suite.Client.Delete(context.Background(), f.rollout()))
-		f.waitPartition(0)
-		require.Eventually(t, func() bool {
-			return isNotFound(suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "pr"}, &rolloutv1alpha1.PhasedRollout{}))
-		}, wait, tick)
-		assert.Empty(t, f.sts().Annotations[rolloutv1alpha1.ManagedByAnnotation])
+		assert.True(t, f.gone("pr"), "deleted at once")
+		f.waitHandedBack(0)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Len(c, testsupport.Events(t, suite.Client, f.ns, "StatefulSet", "web", rolloutv1alpha1.EventPartitionReleased), 1)
+		}, wait, tick, "PartitionReleased Event")
 	})
 	t.Run("deletion mid-rollout", func(t *testing.T) {
 		f := newFixture(t, 3, 0)
@@ -250,18 +253,15 @@ func TestSkipCheckAliasesAndDeletion(t *testing.T) {
 		f.newRevision("web-r2")
 		f.waitPhase(rolloutv1alpha1.PhaseRolling)
 		require.NoError(t, suite.Client.Delete(context.Background(), f.rollout()))
-		require.Eventually(t, func() bool {
-			return isNotFound(suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "pr"}, &rolloutv1alpha1.PhasedRollout{}))
-		}, wait, tick)
-		assert.Equal(t, int32(3), f.partition())
-		require.Eventually(t, func() bool {
-			for _, r := range f.eventReasons("web") {
-				if r == rolloutv1alpha1.EventPartitionLeftOnDeletion {
-					return true
-				}
+		assert.True(t, f.gone("pr"), "deleted at once")
+		f.waitHandedBack(3)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			evs := testsupport.Events(t, suite.Client, f.ns, "StatefulSet", "web", rolloutv1alpha1.EventPartitionLeftOnDeletion)
+			if assert.Len(c, evs, 1) {
+				assert.Equal(c, corev1.EventTypeWarning, evs[0].Type)
+				assert.Contains(c, evs[0].Note, "stays at 3")
 			}
-			return false
-		}, wait, tick)
+		}, wait, tick, "PartitionLeftOnDeletion Event")
 	})
 }
 
@@ -298,7 +298,7 @@ func TestSecretCredentialsReachTheChecker(t *testing.T) {
 	})
 	f.waitPartition(1)
 	f.newRevision("web-r2")
-	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	f.waitRolledTo("web-r2")
 	q := checker.recorded()[0]
 	assert.Equal(t, "tok", q.Token)
 	assert.Equal(t, "u", q.Username)

@@ -29,7 +29,7 @@ func FuzzCheckSpec(f *testing.F) {
 		setConditions(pr)
 		setInvalidSpec(pr, p)
 		ready := meta.FindStatusCondition(pr.Status.Conditions, rolloutv1alpha1.ConditionReady)
-		stalled := meta.FindStatusCondition(pr.Status.Conditions, ConditionStalled)
+		stalled := meta.FindStatusCondition(pr.Status.Conditions, rolloutv1alpha1.ConditionStalled)
 		if p == nil {
 			return
 		}

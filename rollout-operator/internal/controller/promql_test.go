@@ -13,7 +13,7 @@ func TestCheckSpecIgnoresTheQueryWhileChecksAreSkipped(t *testing.T) {
 	pr := &rolloutv1alpha1.PhasedRollout{}
 	pr.Namespace, pr.Spec.TargetRef = "ns", "web"
 	pr.Spec.Check.Query = &rolloutv1alpha1.PrometheusQuery{Expr: "invalid_promql{", URL: "http://prometheus:9090"}
-	if p := checkSpec(pr); p == nil || p.reason != ReasonInvalidQuery {
+	if p := checkSpec(pr); p == nil || p.reason != rolloutv1alpha1.ReasonInvalidQuery {
 		t.Fatalf("an invalid query must be reported, got %+v", p)
 	}
 	for name, set := range map[string]func(){
@@ -32,7 +32,7 @@ func TestCheckSpecReportsAURLWithoutHost(t *testing.T) {
 	pr.Namespace, pr.Spec.TargetRef = "ns", "web"
 	pr.Spec.Check.Query = &rolloutv1alpha1.PrometheusQuery{Expr: "up == 0", URL: "http://"}
 	p := checkSpec(pr)
-	if p == nil || p.reason != ReasonInvalidURL || !strings.Contains(p.message, "has no host") {
+	if p == nil || p.reason != rolloutv1alpha1.ReasonInvalidURL || !strings.Contains(p.message, "has no host") {
 		t.Fatalf("a URL without a host must be reported as InvalidURL, got %+v", p)
 	}
 	pr.Spec.Check.Query.URL = "prom:9090"

@@ -21,10 +21,8 @@ import (
 // once when Reconcile returns) and its status as read, the StatefulSet and its replicas as read from the
 // API server, and the Events to record once the status is written.
 type scope struct {
-	pr   *rolloutv1alpha1.PhasedRollout
-	orig *rolloutv1alpha1.PhasedRollout // as read (after the finalizer was added): the status patch's base
-	// deleting: the PhasedRollout is being deleted; its status is not written (the finalizer goes).
-	deleting bool
+	pr       *rolloutv1alpha1.PhasedRollout
+	orig     *rolloutv1alpha1.PhasedRollout // as read: the status patch's base
 	now      time.Time
 	sts      *appsv1.StatefulSet // nil until readTarget found it
 	replicas int32               // sts's spec.replicas (default 1)
@@ -46,7 +44,7 @@ type pendingEvent struct {
 
 // newScope starts the scope of one reconcile of pr.
 func newScope(pr *rolloutv1alpha1.PhasedRollout, now time.Time) *scope {
-	return &scope{pr: pr, orig: pr.DeepCopy(), deleting: !pr.DeletionTimestamp.IsZero(), now: now}
+	return &scope{pr: pr, orig: pr.DeepCopy(), now: now}
 }
 
 // event buffers an Event until the status is written, so that no Event announces a decision the API
@@ -61,23 +59,22 @@ func (s *scope) setPhase(phase rolloutv1alpha1.PhasedRolloutPhase, format string
 	s.pr.Status.Message = fmt.Sprintf(format, args...)
 }
 
-// Reconcile drives one PhasedRollout one decision further: get it from the API server, ensure its
-// finalizer, build the scope, then reconcile its deletion (no status write: the finalizer's removal
-// lets it go) or its StatefulSet's partition, with one status write when that returns (writeStatus).
+// Reconcile drives one PhasedRollout one decision further: get it from the API server (gone: hand its
+// StatefulSets back, reconcileDelete), drop the finalizer earlier versions added, build the scope, then
+// reconcile its StatefulSet's partition, with one status write when that returns (writeStatus). A
+// PhasedRollout being deleted (another finalizer holds it) is left alone: it is handed back once gone.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (result reconcile.Result, reterr error) {
 	pr := &rolloutv1alpha1.PhasedRollout{}
 	if err := r.APIReader.Get(ctx, req.NamespacedName, pr); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if pr.DeletionTimestamp.IsZero() {
-		if _, err := opsutil.EnsureFinalizer(ctx, r.Client, pr, rolloutv1alpha1.Finalizer); err != nil {
-			return reconcile.Result{}, err
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, r.reconcileDelete(ctx, req.NamespacedName)
 		}
+		return reconcile.Result{}, err
+	}
+	if _, err := opsutil.RemoveFinalizer(ctx, r.Client, pr, rolloutv1alpha1.LegacyFinalizer); err != nil || !pr.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, err
 	}
 	s := newScope(pr, time.Now())
-	if s.deleting {
-		return reconcile.Result{}, r.reconcileDelete(ctx, s)
-	}
 	defer func() {
 		result, reterr = r.writeStatus(ctx, s, result, reterr)
 	}()
@@ -192,8 +189,9 @@ func (r *Reconciler) cannotManage(ctx context.Context, s *scope) (bool, error) {
 }
 
 // takeOverStale takes over a StatefulSet whose ManagedByAnnotation names owner, a PhasedRollout that
-// no longer exists (deleted without its finalizer, e.g. while the operator was uninstalled) or that
-// targets another StatefulSet: nothing would ever hand it back otherwise. It rewrites the annotation
+// no longer exists (the hand-back of reconcileDelete has not happened yet: the two race, either
+// outcome leaves this PhasedRollout managing it) or that targets another StatefulSet, which would
+// never hand it back. It rewrites the annotation
 // with the partition the StatefulSet has (its default 0 when unset), so the StatefulSet rolls exactly
 // as before until this PhasedRollout decides, and reports whether it took it over. An owner that
 // exists and targets this StatefulSet keeps it.
@@ -220,7 +218,7 @@ func (r *Reconciler) takeOverStale(ctx context.Context, s *scope, owner string) 
 	}
 	sts.Annotations[rolloutv1alpha1.ManagedByAnnotation] = pr.Name
 	log.FromContext(ctx).Info("took over a StatefulSet with stale ownership", "statefulSet", sts.Name, "previousOwner", owner, "reason", why)
-	s.event(pr, corev1.EventTypeNormal, EventOwnershipTakenOver, "StatefulSet %s was marked as managed by PhasedRollout %s, which %s; PhasedRollout %s takes it over (partition left at %d)", sts.Name, owner, why, pr.Name, partition)
+	s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventOwnershipTakenOver, "StatefulSet %s was marked as managed by PhasedRollout %s, which %s; PhasedRollout %s takes it over (partition left at %d)", sts.Name, owner, why, pr.Name, partition)
 	return true, nil
 }
 
@@ -245,10 +243,20 @@ func (r *Reconciler) suspend(ctx context.Context, s *scope) error {
 }
 
 // holdIfNew freezes a StatefulSet that is not yet managed (partition = replicas) before its
-// revisions are known, so that nothing rolls unchecked meanwhile.
+// revisions are known, so that nothing rolls unchecked meanwhile, and says so once (a PhasedRollout
+// under way waits for a moment after each template change, silently).
 func (r *Reconciler) holdIfNew(ctx context.Context, s *scope) error {
-	if s.pr.Status.Phase == "" {
-		return r.applyPartition(ctx, s.pr, s.sts, s.replicas, true)
+	pr := s.pr
+	if pr.Status.Phase != "" {
+		return nil
 	}
+	if err := r.applyPartition(ctx, pr, s.sts, s.replicas, true); err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("waiting for the StatefulSet controller to compute the revisions of StatefulSet %s; the partition is held at %d meanwhile", s.sts.Name, s.replicas)
+	if pr.Status.Message != msg {
+		s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventWaitForStatefulSetController, "%s", msg)
+	}
+	pr.Status.Message = msg
 	return nil
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -102,6 +103,9 @@ func (r *Reconciler) startRollout(ctx context.Context, s *scope) (reconcile.Resu
 	return r.step(ctx, s)
 }
 
+// msgPodsReturning starts the message of awaitReturn, phase Updated too: idle replaces it.
+const msgPodsReturning = "pods are returning to revision"
+
 // awaitReturn waits for pods to return to the current revision: the template went back to it (a
 // rollback, or a revert by the user), and the pods at or above the partition return to the revision
 // every pod ran before, which needs no check. The partition is kept until they are back.
@@ -111,12 +115,12 @@ func awaitReturn(s *scope) reconcile.Result {
 	pr.Status.RollingPodStatus = nil
 	if pr.Status.Phase != rolloutv1alpha1.PhaseFailed {
 		// Not Rolling: no check is needed and the partition must not move down.
-		msg := fmt.Sprintf("pods are returning to revision %s; the partition is held until they are back", target)
+		msg := fmt.Sprintf("%s %s; the partition is held until they are back", msgPodsReturning, target)
 		if pr.Status.Message != msg {
 			// A waiting state with Ready True: only this Event tells kubectl describe why it waits.
-			s.event(pr, corev1.EventTypeNormal, EventWaitForPodsToReturn, "%s", msg)
+			s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventWaitForPodsToReturn, "%s", msg)
 		}
-		s.setPhase(rolloutv1alpha1.PhaseReady, "%s", msg)
+		s.setPhase(rolloutv1alpha1.PhaseUpdated, "%s", msg)
 	}
 	return reconcile.Result{RequeueAfter: pollWhileWaiting}
 }
@@ -130,9 +134,11 @@ func (r *Reconciler) idle(ctx context.Context, s *scope) (reconcile.Result, erro
 			return reconcile.Result{}, err
 		}
 	}
-	// Failed stays visible until a retry or a new revision; Updated until a new revision.
-	if pr.Status.Phase != rolloutv1alpha1.PhaseFailed && (pr.Status.Phase != rolloutv1alpha1.PhaseUpdated || pr.Status.UpdateRevision != target) {
-		s.setPhase(rolloutv1alpha1.PhaseReady, "idle: partition held at %d, waiting for a new revision", s.replicas)
+	// Failed stays visible until a retry or a new revision; a finished rollout's message until a new
+	// revision. Pods that were returning are back.
+	finished := pr.Status.Phase == rolloutv1alpha1.PhaseUpdated && pr.Status.UpdateRevision == target && !strings.HasPrefix(pr.Status.Message, msgPodsReturning)
+	if pr.Status.Phase != rolloutv1alpha1.PhaseFailed && !finished {
+		s.setPhase(rolloutv1alpha1.PhaseUpdated, "idle: partition held at %d, waiting for a new revision", s.replicas)
 	}
 	pr.Status.UpdateRevision = target
 	pr.Status.RollingPodStatus = nil

@@ -65,7 +65,7 @@ func TestSecretAccessUnderTheManifestRBAC(t *testing.T) {
 
 	f.waitPartition(2)
 	f.newRevision("web-r2")
-	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	f.waitRolledTo("web-r2")
 	require.NotEmpty(t, checker.recorded())
 	assert.Equal(t, "tok-"+f.ns, checker.recorded()[0].Token, "the Secret was read under the RoleBinding")
 	assert.NoError(t, secretOf(f.ns))
@@ -99,7 +99,7 @@ func TestSecretAccessKeepsOthersRoleBindings(t *testing.T) {
 	}
 	require.NoError(t, suite.Client.Create(ctx, mine))
 	f.createRollout() // no secretRef: the namespace needs no Secret access
-	f.waitPhase(rolloutv1alpha1.PhaseReady)
+	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 	require.NoError(t, suite.Client.Get(ctx, client.ObjectKeyFromObject(mine), mine))
 	assert.Empty(t, mine.Labels[managedByLabel])
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -78,7 +79,7 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		Named("phasedrollout").
 		For(&rolloutv1alpha1.PhasedRollout{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletingPredicate()))).
 		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return byTarget(ctx, o.GetNamespace(), o.GetName())
+			return withOwner(byTarget(ctx, o.GetNamespace(), o.GetName()), o)
 		})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			sts, ok := opsutil.ControllerOfKind(o, "StatefulSet")
@@ -126,8 +127,24 @@ func rolloutsTargeting(c client.Reader) func(ctx context.Context, ns, sts string
 	}
 }
 
-// deletingPredicate passes updates that set a deletion timestamp (finalizer changes do not bump the
-// generation).
+// withOwner adds to reqs the PhasedRollout a StatefulSet's ManagedByAnnotation names, when no
+// PhasedRollout targeting it is that one: if it no longer exists (deleted while the operator was not
+// running, or while it was uninstalled), its reconcile finds it gone and hands the StatefulSet back.
+// The informer's initial list maps every annotated StatefulSet, so this also happens at start.
+func withOwner(reqs []reconcile.Request, sts client.Object) []reconcile.Request {
+	owner, ok := sts.GetAnnotations()[rolloutv1alpha1.ManagedByAnnotation]
+	if !ok || owner == "" {
+		return reqs
+	}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: sts.GetNamespace(), Name: owner}}
+	if slices.Contains(reqs, req) {
+		return reqs
+	}
+	return append(reqs, req)
+}
+
+// deletingPredicate passes updates that set a deletion timestamp, so that a PhasedRollout still
+// carrying the finalizer of earlier versions loses it (finalizer changes do not bump the generation).
 func deletingPredicate() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		return !e.ObjectNew.GetDeletionTimestamp().IsZero()

@@ -75,13 +75,13 @@ func TestInvalidQueryStallsAtOnce(t *testing.T) {
 	startOperator(t, newFakeChecker(VerdictPass))
 	f := newFixture(t, 2, 0)
 	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.Query.Expr = `invalid_promql{` })
-	c := f.waitCondition(ConditionStalled, "True", ReasonInvalidQuery)
+	c := f.waitCondition(rolloutv1alpha1.ConditionStalled, "True", rolloutv1alpha1.ReasonInvalidQuery)
 	assert.Contains(t, c.Message, "spec.check.query.expr is not valid PromQL")
 	assert.Contains(t, c.Message, "unexpected end of input", "the parser's own message")
 	assert.False(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReady))
-	assert.False(t, metaTrue(f.rollout(), ConditionReconciling))
+	assert.False(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReconciling))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidQuery)
+		evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.ReasonInvalidQuery)
 		if assert.Len(c, evs, 1) {
 			assert.Equal(c, corev1.EventTypeWarning, evs[0].Type)
 			assert.Contains(c, evs[0].Note, "unexpected end of input")
@@ -101,7 +101,7 @@ func TestInvalidQueryStallsAtOnce(t *testing.T) {
 		return suite.Client.Update(context.Background(), pr)
 	}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		assert.Len(c, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidQuery), 2)
+		assert.Len(c, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.ReasonInvalidQuery), 2)
 	}, wait, tick, "a second InvalidQuery Event")
 
 	// A URL without a host is refused by the API server itself (the CRD's CEL rule names the field); the
@@ -122,11 +122,11 @@ func TestInvalidQueryStallsAtOnce(t *testing.T) {
 		pr.Spec.Check.Query.URL = "prom:9090"
 		return suite.Client.Update(context.Background(), pr)
 	}))
-	f.waitCondition(ConditionStalled, "False", string(rolloutv1alpha1.PhaseReady))
+	f.waitCondition(rolloutv1alpha1.ConditionStalled, "False", string(rolloutv1alpha1.PhaseUpdated))
 	f.waitPartition(2)
 	assert.True(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReady))
 	assert.Equal(t, "pr", f.sts().Annotations[rolloutv1alpha1.ManagedByAnnotation])
-	assert.Len(t, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", ReasonInvalidQuery), 2, "one Event per transition")
+	assert.Len(t, testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.ReasonInvalidQuery), 2, "one Event per transition")
 }
 
 // A query made invalid during a rollout stops it where it is: no check runs and the partition does not
@@ -145,13 +145,13 @@ func TestInvalidQueryMidRolloutFreezesThePartition(t *testing.T) {
 		pr.Spec.Check.Query.Expr = `sum(rate(errors[5m]) > `
 		return suite.Client.Update(context.Background(), pr)
 	}))
-	f.waitCondition(ConditionStalled, "True", ReasonInvalidQuery)
+	f.waitCondition(rolloutv1alpha1.ConditionStalled, "True", rolloutv1alpha1.ReasonInvalidQuery)
 	checks := len(checker.recorded())
 	testsupport.NeverWithin(t, 3*time.Second, 100*time.Millisecond, func() bool {
 		return f.partition() != 2 || len(checker.recorded()) != checks
 	}, "the partition moved or a check ran while the query is invalid")
 	assert.Equal(t, rolloutv1alpha1.PhaseRolling, f.rollout().Status.Phase, "the phase stays: nothing was done")
-	assert.False(t, metaTrue(f.rollout(), ConditionReconciling))
+	assert.False(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReconciling))
 
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pr := f.rollout()
@@ -170,13 +170,13 @@ func TestPodsReturningHaveAnEvent(t *testing.T) {
 	f.setPodRevision("web-1", "web-r2")
 	f.createRollout()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", EventWaitForPodsToReturn)
+		evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.EventWaitForPodsToReturn)
 		if assert.Len(c, evs, 1) {
 			assert.Contains(c, evs[0].Note, "pods are returning to revision web-r1")
 		}
 	}, wait, tick, "WaitForPodsToReturn Event")
 	testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool {
-		return len(testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", EventWaitForPodsToReturn)) != 1
+		return len(testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.EventWaitForPodsToReturn)) != 1
 	}, "the Event repeated")
 	f.setPodRevision("web-1", "web-r1")
 	require.Eventually(t, func() bool { return strings.HasPrefix(f.rollout().Status.Message, "idle") }, wait, tick, "idle once the pod is back")
@@ -192,21 +192,30 @@ func TestStaleOwnershipIsTakenOver(t *testing.T) {
 		name     string
 		previous func(f *fixture) // leaves the StatefulSet annotated with a stale owner
 		note     string
+		// orHandedBack: the operator also hands back a StatefulSet whose owner does not exist (it
+		// finds the owner gone through the StatefulSet's watch), which may come first: then the
+		// StatefulSet has no owner when the PhasedRollout starts managing it, and nothing is taken over.
+		orHandedBack bool
 	}{
-		{"owner does not exist", func(f *fixture) { f.annotate("gone") }, "gone, which does not exist"},
+		{"owner does not exist", func(f *fixture) { f.annotate("gone") }, "gone, which does not exist", true},
 		{"owner targets another StatefulSet", func(f *fixture) {
 			f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Name, pr.Spec.TargetRef = "other", "elsewhere" })
 			f.annotate("other")
-		}, "other, which targets StatefulSet elsewhere"},
+		}, "other, which targets StatefulSet elsewhere", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, 2, 0)
 			tc.previous(f)
 			f.createRollout()
-			f.waitPhase(rolloutv1alpha1.PhaseReady)
+			f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 			f.waitPartition(2)
 			assert.Equal(t, "pr", f.sts().Annotations[rolloutv1alpha1.ManagedByAnnotation])
-			evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", EventOwnershipTakenOver)
+			evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.EventOwnershipTakenOver)
+			if tc.orHandedBack && len(evs) == 0 {
+				assert.Len(t, testsupport.Events(t, suite.Client, f.ns, "StatefulSet", "web", rolloutv1alpha1.EventPartitionReleased), 1,
+					"neither taken over nor handed back")
+				return
+			}
 			require.Len(t, evs, 1)
 			assert.Contains(t, evs[0].Note, tc.note)
 		})
@@ -219,7 +228,7 @@ func TestStaleOwnershipIsTakenOver(t *testing.T) {
 		f.createRollout()
 		pr := f.waitPhase(rolloutv1alpha1.PhaseErrorCannotManage)
 		assert.Contains(t, pr.Status.Message, "managed by PhasedRollout first")
-		f.waitCondition(ConditionStalled, "True", string(rolloutv1alpha1.PhaseErrorCannotManage))
+		f.waitCondition(rolloutv1alpha1.ConditionStalled, "True", string(rolloutv1alpha1.PhaseErrorCannotManage))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.EventCannotManage)
 			if assert.Len(c, evs, 1) {
@@ -230,7 +239,7 @@ func TestStaleOwnershipIsTakenOver(t *testing.T) {
 		testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool {
 			return f.sts().Annotations[rolloutv1alpha1.ManagedByAnnotation] != "first" ||
 				len(testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.EventCannotManage)) != 1 ||
-				len(testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", EventOwnershipTakenOver)) != 0
+				len(testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.EventOwnershipTakenOver)) != 0
 		}, "taken over from an owner that targets it, or the Event repeated")
 	})
 }
@@ -259,7 +268,7 @@ func TestKstatus(t *testing.T) {
 
 	healthy := newFixture(t, 2, 0)
 	healthy.createRollout()
-	healthy.waitPhase(rolloutv1alpha1.PhaseReady)
+	healthy.waitPhase(rolloutv1alpha1.PhaseUpdated)
 	waitKstatus(healthy, status.CurrentStatus)
 
 	// A new revision with checks that always fail: still rolling with maxTries to spare, Failed once
@@ -275,7 +284,7 @@ func TestKstatus(t *testing.T) {
 	}
 	rolling := rollFailing(1000, rolloutv1alpha1.PhaseRolling)
 	waitKstatus(rolling, status.InProgressStatus)
-	assert.True(t, metaTrue(rolling.rollout(), ConditionReconciling))
+	assert.True(t, metaTrue(rolling.rollout(), rolloutv1alpha1.ConditionReconciling))
 	waitKstatus(rollFailing(2, rolloutv1alpha1.PhaseFailed), status.FailedStatus)
 
 	missing := newFixture(t, 1, 0)

@@ -35,8 +35,8 @@ func setConditions(pr *rolloutv1alpha1.PhasedRollout) {
 	set(rolloutv1alpha1.ConditionDegraded, bad, reason, msg)
 	// kstatus: Stalled when only a change by the user lets the rollout progress, Reconciling while it
 	// progresses; at most one of them is True, so status.Compute reads Failed, InProgress or Current.
-	set(ConditionStalled, bad, reason, msg)
-	set(ConditionReconciling, !bad && (phase == rolloutv1alpha1.PhaseRolling || phase == rolloutv1alpha1.PhaseVerifying), reason, msg)
+	set(rolloutv1alpha1.ConditionStalled, bad, reason, msg)
+	set(rolloutv1alpha1.ConditionReconciling, !bad && (phase == rolloutv1alpha1.PhaseRolling || phase == rolloutv1alpha1.PhaseVerifying), reason, msg)
 }
 
 // setInvalidSpec overrides the conditions derived from the phase when the spec holds something the
@@ -54,8 +54,8 @@ func setInvalidSpec(pr *rolloutv1alpha1.PhasedRollout, p *specProblem) {
 		{rolloutv1alpha1.ConditionReady, metav1.ConditionFalse},
 		{rolloutv1alpha1.ConditionProgressing, metav1.ConditionFalse},
 		{rolloutv1alpha1.ConditionDegraded, metav1.ConditionTrue},
-		{ConditionStalled, metav1.ConditionTrue},
-		{ConditionReconciling, metav1.ConditionFalse},
+		{rolloutv1alpha1.ConditionStalled, metav1.ConditionTrue},
+		{rolloutv1alpha1.ConditionReconciling, metav1.ConditionFalse},
 	} {
 		meta.SetStatusCondition(&pr.Status.Conditions, metav1.Condition{Type: c.t, Status: c.status, Reason: p.reason, Message: p.message, ObservedGeneration: pr.Generation})
 	}
@@ -73,7 +73,7 @@ func (r *Reconciler) waitingEvents(s *scope) {
 		// One Event per problem: another invalid query is another message under the same reason (the
 		// parser's messages hold no counters).
 		opsutil.EventOnTransition(r.Recorder, pr, nil, orig.Status.Conditions, pr.Status.Conditions, opsutil.Transition{
-			Type: ConditionStalled, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Wait", CompareMessage: true,
+			Type: rolloutv1alpha1.ConditionStalled, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Wait", CompareMessage: true,
 		})
 		return
 	}

@@ -21,7 +21,8 @@ func FuzzSetConditions(f *testing.F) {
 	f.Add(uint8(0), "rolling StatefulSet web to revision web-2: partition 1", "", int64(3))
 	f.Add(uint8(4), "step at partition 1 used up maxTries=3", "Prometheus at http://p unreachable", int64(1))
 	f.Add(uint8(8), "", "", int64(0))
-	phases := []rolloutv1alpha1.PhasedRolloutPhase{rolloutv1alpha1.PhaseReady, rolloutv1alpha1.PhaseRolling,
+	// "Ready" is the idle phase earlier versions stored (now Updated, the original project's value).
+	phases := []rolloutv1alpha1.PhasedRolloutPhase{"Ready", rolloutv1alpha1.PhaseRolling,
 		rolloutv1alpha1.PhaseVerifying, rolloutv1alpha1.PhaseUpdated, rolloutv1alpha1.PhaseFailed,
 		rolloutv1alpha1.PhaseSuspended, rolloutv1alpha1.PhaseErrorCannotManage, rolloutv1alpha1.PhaseErrorSTSNotFound, ""}
 	f.Fuzz(func(t *testing.T, phase uint8, message, lastError string, generation int64) {
@@ -62,10 +63,10 @@ func FuzzSetConditions(f *testing.F) {
 			t.Fatalf("Progressing %s in phase %q", status[rolloutv1alpha1.ConditionProgressing], pr.Status.Phase)
 		}
 		// kstatus: Stalled exactly when Degraded, Reconciling exactly when Progressing, never both.
-		if status[ConditionStalled] != status[rolloutv1alpha1.ConditionDegraded] || status[ConditionReconciling] != status[rolloutv1alpha1.ConditionProgressing] {
-			t.Fatalf("Stalled %s / Degraded %s, Reconciling %s / Progressing %s", status[ConditionStalled], status[rolloutv1alpha1.ConditionDegraded], status[ConditionReconciling], status[rolloutv1alpha1.ConditionProgressing])
+		if status[rolloutv1alpha1.ConditionStalled] != status[rolloutv1alpha1.ConditionDegraded] || status[rolloutv1alpha1.ConditionReconciling] != status[rolloutv1alpha1.ConditionProgressing] {
+			t.Fatalf("Stalled %s / Degraded %s, Reconciling %s / Progressing %s", status[rolloutv1alpha1.ConditionStalled], status[rolloutv1alpha1.ConditionDegraded], status[rolloutv1alpha1.ConditionReconciling], status[rolloutv1alpha1.ConditionProgressing])
 		}
-		if status[ConditionStalled] == metav1.ConditionTrue && status[ConditionReconciling] == metav1.ConditionTrue {
+		if status[rolloutv1alpha1.ConditionStalled] == metav1.ConditionTrue && status[rolloutv1alpha1.ConditionReconciling] == metav1.ConditionTrue {
 			t.Fatal("Stalled and Reconciling both True")
 		}
 	})

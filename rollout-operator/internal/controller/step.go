@@ -61,14 +61,20 @@ func beginStep(s *scope) (partition, ordinal int32) {
 	// move, the first one to roll.
 	ordinal = start + max(min(partition, replicas-1), 0)
 	st.Pod = fmt.Sprintf("%s-%d", sts.Name, ordinal)
+	setStepPhase(pr, sts.Name, partition)
+	return partition, ordinal
+}
+
+// setStepPhase sets the phase of the step at partition: Verifying once every pod is released
+// (partition 0), Rolling before; the step's status names its pod.
+func setStepPhase(pr *rolloutv1alpha1.PhasedRollout, sts string, partition int32) {
 	if partition == 0 {
 		pr.Status.Phase = rolloutv1alpha1.PhaseVerifying
-		pr.Status.Message = fmt.Sprintf("every pod is on revision %s; verifying the last pod %s", pr.Status.UpdateRevision, st.Pod)
+		pr.Status.Message = fmt.Sprintf("every pod is on revision %s; verifying the last pod %s", pr.Status.UpdateRevision, pr.Status.RollingPodStatus.Pod)
 	} else {
 		pr.Status.Phase = rolloutv1alpha1.PhaseRolling
-		pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts.Name, pr.Status.UpdateRevision, partition)
+		pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts, pr.Status.UpdateRevision, partition)
 	}
-	return partition, ordinal
 }
 
 // podsReadyForCheck reads the StatefulSet's pods from the API server (never the cache: a check must
@@ -199,11 +205,18 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 		return reconcile.Result{}, err
 	}
 	s.overheadStart = &checkedAt
+	start := int32(0)
+	if sts.Spec.Ordinals != nil {
+		start = sts.Spec.Ordinals.Start
+	}
 	pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{
 		Partition: ptr.To(next),
 		Status:    rolloutv1alpha1.StepWaitForPodToBeUpdated,
+		// The pod this move releases, as beginStep names it: the step's Event names it.
+		Pod: fmt.Sprintf("%s-%d", sts.Name, start+max(min(next, s.replicas-1), 0)),
 	}
-	pr.Status.Message = fmt.Sprintf("rolling StatefulSet %s to revision %s: partition %d", sts.Name, pr.Status.UpdateRevision, next)
+	// The status written with the partition says what the partition now is (Verifying at 0).
+	setStepPhase(pr, sts.Name, next)
 	return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
 }
 

@@ -305,6 +305,28 @@ func (f *fixture) waitPhase(phase rolloutv1alpha1.PhasedRolloutPhase) *rolloutv1
 	return pr
 }
 
+// updateRollout changes the spec of the PhasedRollout "pr" (retrying on conflicts).
+func (f *fixture) updateRollout(mod func(*rolloutv1alpha1.PhasedRollout)) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pr := f.rollout()
+		mod(pr)
+		return suite.Client.Update(context.Background(), pr)
+	}))
+}
+
+// waitRolledTo waits for phase Updated at revision rev: the rollout to rev finished (idle before it is
+// Updated too, at the previous revision).
+func (f *fixture) waitRolledTo(rev string) *rolloutv1alpha1.PhasedRollout {
+	f.t.Helper()
+	var pr *rolloutv1alpha1.PhasedRollout
+	require.Eventually(f.t, func() bool {
+		pr = f.rollout()
+		return pr.Status.Phase == rolloutv1alpha1.PhaseUpdated && pr.Status.UpdateRevision == rev
+	}, wait, tick, "phase Updated at revision %s", rev)
+	return pr
+}
+
 func (f *fixture) waitPartition(p int32) {
 	f.t.Helper()
 	require.Eventually(f.t, func() bool { return f.partition() == p }, wait, tick, "partition %d", p)

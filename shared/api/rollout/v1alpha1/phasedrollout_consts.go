@@ -2,13 +2,13 @@ package v1alpha1
 
 // Phases of a PhasedRollout (status.phase). The names are the original sts-plus-operator's, capitalised.
 const (
-	// PhaseReady: idle, the partition equals the replicas, nothing to roll.
-	PhaseReady PhasedRolloutPhase = "Ready"
 	// PhaseRolling: a rollout is in progress.
 	PhaseRolling PhasedRolloutPhase = "Rolling"
 	// PhaseVerifying: every pod is on the update revision and the last pod's checks are running.
 	PhaseVerifying PhasedRolloutPhase = "Verifying"
-	// PhaseUpdated: the rollout finished and the last step passed its checks.
+	// PhaseUpdated: idle, nothing to roll: the rollout finished and the last step passed its checks,
+	// or every pod already runs the StatefulSet's revision (the partition equals the replicas). The
+	// original sts-plus-operator reports "Updated" when idle, and migrating users' tooling reads it.
 	PhaseUpdated PhasedRolloutPhase = "Updated"
 	// PhaseFailed: a step used up check.maxTries; check.onFailure was applied.
 	PhaseFailed PhasedRolloutPhase = "Failed"
@@ -45,6 +45,21 @@ const (
 	ConditionProgressing = "Progressing"
 	// ConditionDegraded is True when a rollout failed (check.maxTries exhausted) or cannot proceed.
 	ConditionDegraded = "Degraded"
+	// ConditionStalled (kstatus) is True when the PhasedRollout cannot make progress without a change
+	// by the user: its StatefulSet is missing, cannot be managed, a step used up check.maxTries, or the
+	// spec holds something the API server could not refuse (a query that does not parse).
+	ConditionStalled = "Stalled"
+	// ConditionReconciling (kstatus) is True while a rollout is in progress (phases Rolling and
+	// Verifying).
+	ConditionReconciling = "Reconciling"
+)
+
+// Condition reasons that are not a phase (the conditions derived from the phase carry it as reason).
+const (
+	// ReasonInvalidQuery: spec.check.query.expr is not valid PromQL.
+	ReasonInvalidQuery = "InvalidQuery"
+	// ReasonInvalidURL: spec.check.query.url does not parse or has no host.
+	ReasonInvalidURL = "InvalidURL"
 )
 
 // Event reasons of a PhasedRollout. RolloutStarted, RolloutCompleted, CannotManage, Suspended and
@@ -65,15 +80,30 @@ const (
 	// EventPartitionLeftOnDeletion is recorded on the StatefulSet when a PhasedRollout deleted
 	// mid-rollout leaves the partition in place instead of releasing the remaining pods unchecked.
 	EventPartitionLeftOnDeletion = "PartitionLeftOnDeletion"
+	// EventPartitionReleased is recorded on the StatefulSet when the PhasedRollout that managed it no
+	// longer exists and it was idle: the partition goes to 0, the normal rolling update resumes.
+	EventPartitionReleased = "PartitionReleased"
+	// EventOwnershipTakenOver is recorded when a PhasedRollout takes over a StatefulSet whose
+	// ManagedByAnnotation names a PhasedRollout that no longer exists or targets another StatefulSet.
+	EventOwnershipTakenOver = "OwnershipTakenOver"
+	// EventWaitForStatefulSetController is recorded when a new PhasedRollout waits for the
+	// StatefulSet controller to compute the revisions of its StatefulSet's latest spec (the partition
+	// is held at replicas meanwhile).
+	EventWaitForStatefulSetController = "WaitForStatefulSetController"
+	// EventWaitForPodsToReturn is recorded when the template went back to the current revision and
+	// the partition is held until the pods above it are back on it.
+	EventWaitForPodsToReturn = "WaitForPodsToReturn"
 )
 
 // Keys on the managed StatefulSet and the credentials Secret (the same keys as the original sts-plus-operator).
 const (
 	// ManagedByAnnotation on the StatefulSet names the PhasedRollout that owns its partition.
 	ManagedByAnnotation = "sts.plus/phasedRollout"
-	// Finalizer is put on the PhasedRollout so that deleting it first hands the StatefulSet back
-	// (partition 0 when idle; left in place mid-rollout).
-	Finalizer = "sts.plus/finalizer"
+	// LegacyFinalizer was put on every PhasedRollout by earlier versions of the operator. It is no
+	// longer added (a finalizer wedged the uninstall: kubectl deleted the operator before the
+	// PhasedRollouts) and is removed from any PhasedRollout that still carries it; the StatefulSet is
+	// handed back once the PhasedRollout is gone.
+	LegacyFinalizer = "sts.plus/finalizer"
 	// FieldManager is the server-side-apply field manager that owns the partition.
 	FieldManager = "phasedrollout"
 	// SecretKeyToken is the Secret key of a bearer token.

@@ -45,7 +45,7 @@ const (
 )
 
 // PhasedRolloutPhase is the coarse state of a PhasedRollout (status.phase).
-// +kubebuilder:validation:Enum=Ready;Rolling;Verifying;Updated;Failed;Suspended;ErrorCannotManage;ErrorSTSNotFound
+// +kubebuilder:validation:Enum=Rolling;Verifying;Updated;Failed;Suspended;ErrorCannotManage;ErrorSTSNotFound
 type PhasedRolloutPhase string
 
 // RollingPodState is the state of the current rollout step (status.rollingPodStatus.status).
@@ -197,9 +197,9 @@ type PhasedRolloutStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// phase is the coarse state: "Ready" (idle, partition = replicas), "Rolling" (a rollout is in
-	// progress), "Verifying" (every pod is updated and the last pod's checks are running), "Updated"
-	// (the rollout finished), "Failed" (a step used up check.maxTries), "Suspended" (skipCheck is true),
+	// phase is the coarse state: "Rolling" (a rollout is in progress), "Verifying" (every pod is
+	// updated and the last pod's checks are running), "Updated" (idle: the rollout finished, or nothing
+	// to roll and the partition is held at replicas; the original project's value), "Failed" (a step used up check.maxTries), "Suspended" (skipCheck is true),
 	// "ErrorCannotManage" (e.g. the StatefulSet's updateStrategy is OnDelete) or "ErrorSTSNotFound".
 	// +optional
 	Phase PhasedRolloutPhase `json:"phase,omitempty"`
