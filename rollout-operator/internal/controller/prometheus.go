@@ -98,7 +98,9 @@ func NormalizeURL(raw string) (string, error) {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return "", fmt.Errorf("%w: check.query.url scheme %q is not supported, use http or https", errConfig, u.Scheme)
 	}
-	if u.Host == "" {
+	// Hostname, not Host: "http://:9090" has a Host (":9090") but no host to connect to, and the CRD's
+	// rule refuses it too.
+	if u.Hostname() == "" {
 		return "", fmt.Errorf("%w: check.query.url %q has no host", errConfig, raw)
 	}
 	return u.String(), nil

@@ -15,6 +15,8 @@ func TestNormalizeURL(t *testing.T) {
 		{in: "ftp://prom:21", err: `scheme "ftp" is not supported`},
 		{in: "", err: "empty"},
 		{in: "http://", err: "no host"},
+		{in: "http://:9090", err: "no host"},
+		{in: "http://user@:9090", err: "no host"},
 	} {
 		got, err := NormalizeURL(tc.in)
 		if tc.err != "" {

@@ -18,9 +18,8 @@ import (
 // stalledBeyondCEL are the reasons checkSpec may give for a spec the API server accepts: what CEL cannot
 // express. CEL has no PromQL parser, so a query that does not parse is accepted at apply and reported
 // at once (Stalled, InvalidQuery, the parser's message). InvalidURL is not in the list: the CRD's CEL
-// refuses every URL NormalizeURL refuses (issue 16 case 5). Reasons and condition types by value: their
-// constants are moving from this package to shared/api/rollout/v1alpha1.
-var stalledBeyondCEL = map[string]bool{"InvalidQuery": true}
+// refuses every URL NormalizeURL refuses (issue 16 case 5).
+var stalledBeyondCEL = map[string]bool{rolloutv1alpha1.ReasonInvalidQuery: true}
 
 // FuzzPhasedRolloutSpec checks that the CRD's validation (schema and CEL, run in process by
 // shared/api/crdvalidation) and the operator's own checks agree. It mutates a documented example or a
@@ -49,7 +48,7 @@ spec:
 			}
 			setConditions(pr)
 			setInvalidSpec(pr, p)
-			if !meta.IsStatusConditionTrue(pr.Status.Conditions, "Stalled") || meta.IsStatusConditionTrue(pr.Status.Conditions, rolloutv1alpha1.ConditionReady) {
+			if !meta.IsStatusConditionTrue(pr.Status.Conditions, rolloutv1alpha1.ConditionStalled) || meta.IsStatusConditionTrue(pr.Status.Conditions, rolloutv1alpha1.ConditionReady) {
 				fail("an invalid spec's conditions: %+v", pr.Status.Conditions)
 			}
 			return

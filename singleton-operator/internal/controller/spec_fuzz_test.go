@@ -46,8 +46,7 @@ func FuzzStatefulSingletonSpec(f *testing.F) {
 		s := &scope{ss: ss, status: ss.Status.DeepCopy()}
 		reportSpecConcerns(s)
 		summarize(s.status, ss)
-		// "Stalled" by value: its constant is moving from this package to shared/api/singleton/v1.
-		if c := meta.FindStatusCondition(s.status.Conditions, "Stalled"); c != nil {
+		if c := meta.FindStatusCondition(s.status.Conditions, singletonv1.ConditionStalled); c != nil {
 			fail("an accepted spec is Stalled: %s: %s", c.Reason, c.Message)
 		}
 
