@@ -77,6 +77,14 @@ var singletonReported = []reportedInput{
 		Tests:     []string{singletonPkg + "TestGracePeriodExceedsTransitionTimeWarnsAndWorks", singletonPkg + "TestSpecConcernGracePeriod"},
 	},
 	{
+		Case:      "a selected pod without a start hold (created past the admission webhook) while another pod is active",
+		Condition: "UngatedPod=True (the pod is never released, and deleted)",
+		Event:     "Warning UngatedPod (names the pod)",
+		Kstatus:   "Current (the active pod keeps running)",
+		Reason:    "ConditionUngatedPod",
+		Tests:     []string{singletonPkg + "TestUngatedPodReportedAndDeleted"},
+	},
+	{
 		Case:      "selector that matches no pod",
 		Condition: "Ready=False/NoPods",
 		Event:     "Normal NoPods",
@@ -326,7 +334,7 @@ var extendedReported = []reportedInput{
 		Event:     "Warning JobFailed (names the Job)",
 		Kstatus:   "Failed",
 		Reason:    "ReasonJobFailed",
-		Tests:     []string{extendedPkg + "TestPreJobFailure"},
+		Tests:     []string{extendedPkg + "TestPreJobFailure", extendedPkg + "TestKstatus"},
 	},
 	{
 		Case:      "post upgrade Job that fails, with rollback",
