@@ -100,7 +100,8 @@ func ResFastClient(t *testing.T) kubernetes.Interface {
 }
 
 // ResMetricsToken returns a token of a ServiceAccount that the operators' secure metrics endpoints
-// accept (their manifests' metrics-reader ClusterRoles).
+// accept: bound, in each operator's namespace, to the Role <operator>-metrics-reader that its manifest
+// ships (get on services/metrics of its metrics Service, nothing on the API server).
 func ResMetricsToken(t *testing.T, ops []*ResOperator) string {
 	t.Helper()
 	ctx := t.Context()
@@ -108,15 +109,16 @@ func ResMetricsToken(t *testing.T, ops []*ResOperator) string {
 	sa, err := Clientset.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "bench-metrics"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	for _, o := range ops {
-		crb := &rbacv1.ClusterRoleBinding{
+		roleNS, role := MetricsReaderRole(o.Name)
+		rb := &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-metrics-"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: o.Name + "-metrics-reader"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}},
 		}
-		created, err := Clientset.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
+		created, err := Clientset.RbacV1().RoleBindings(roleNS).Create(ctx, rb, metav1.CreateOptions{})
 		require.NoError(t, err)
 		t.Cleanup(func() {
-			_ = Clientset.RbacV1().ClusterRoleBindings().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
+			_ = Clientset.RbacV1().RoleBindings(roleNS).Delete(context.Background(), created.Name, metav1.DeleteOptions{})
 		})
 	}
 	tok, err := Clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
@@ -131,6 +133,15 @@ func ResMetricsToken(t *testing.T, ops []*ResOperator) string {
 		}, Timeout, Tick, "%s serves its metrics to the bench token", o.Name)
 	}
 	return tok.Status.Token
+}
+
+// MetricsReaderRole returns the namespace and name of the Role that lets a scraper read binary's metrics,
+// as deploy/<operator>.yaml ships it (the webhook-server's comes with singleton-operator's manifest).
+func MetricsReaderRole(binary string) (namespace, role string) {
+	if binary == "webhook-server" {
+		return "singleton-operator-system", "singleton-operator-webhook-server-metrics-reader"
+	}
+	return binary + "-system", binary + "-metrics-reader"
 }
 
 // The workloads: ResCRs CRs per operator, each with the smallest realistic workload (1 replica).
