@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 // The secure metrics endpoint authorizes a scrape on services/metrics of its Service: a ServiceAccount
@@ -30,11 +29,7 @@ import (
 // is refused (403), an unauthenticated request too (401); and the reader's binding opens nothing on the
 // API server, whose own /metrics refuses the same token (403).
 func TestMetricsReaderRoleScrapesTheOperatorAndNothingElse(t *testing.T) {
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	kubeconfig := writeKubeconfig(t, cfg.Host, cfg.CAData, cfg.CertData, cfg.KeyData)
+	cfg, kubeconfig := startEnvtest(t)
 	clientset, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	ctx := t.Context()
