@@ -17,11 +17,14 @@ KUBE_VERSION           := v1.36.3
 ETCD_VERSION           := v3.6.16
 KWOK_VERSION           := v0.8.0
 CONTROLLER_GEN_VERSION := v0.23.0
+# The SBOM generator of `make images` (CycloneDX's, bin mode: the modules of each binary's build info).
+CYCLONEDX_GOMOD_VERSION := v1.10.0
 
 # Kubernetes components and etcd share one directory, which also serves as KUBEBUILDER_ASSETS.
 KUBE_BIN       := $(CACHE)/kube-$(KUBE_VERSION)-etcd-$(ETCD_VERSION)
 KWOK_BIN       := $(CACHE)/kwok-$(KWOK_VERSION)
 CONTROLLER_GEN := $(CACHE)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
+CYCLONEDX_GOMOD := $(CACHE)/tools/cyclonedx-gomod-$(CYCLONEDX_GOMOD_VERSION)
 KUBECTL        := $(KUBE_BIN)/kubectl
 KUBE_COMPONENTS := kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy
 
@@ -45,6 +48,8 @@ export KUBEBUILDER_ASSETS := $(KUBE_BIN)
 export STATEFULOPS_KUBE_BIN := $(KUBE_BIN)
 export STATEFULOPS_KWOK_BIN := $(KWOK_BIN)
 export STATEFULOPS_BIN := $(BIN_DIR)
+# e2e/cmd/images' SBOM test uses the same generator (it installs the pinned one itself when run alone).
+export CYCLONEDX_GOMOD
 export GOFLAGS := -buildvcs=false
 
 # The local cluster's real node (a real kubelet with containerd) needs root on Linux. Elsewhere the
@@ -141,9 +146,9 @@ build: ## Build every binary (static, version-stamped) into $(BIN_DIR).
 	  for n in $(BUILD_NAMES); do cmp -s $$tmp/$$n $(BIN_DIR)/$$n || mv $$tmp/$$n $(BIN_DIR)/$$n; done
 
 .PHONY: images
-images: build ## Package every binary as an image tarball in $(IMAGES_DIR) (no Docker needed).
+images: build $(CYCLONEDX_GOMOD) ## Package every binary as an image tarball in $(IMAGES_DIR) (no Docker needed), each with its CycloneDX SBOM at /sbom.cdx.json.
 	mkdir -p $(IMAGES_DIR)
-	cd e2e && go run ./cmd/images -out $(IMAGES_DIR) -version $(VERSION) $(foreach n,$(IMAGE_NAMES),$(n)=$(BIN_DIR)/$(n))
+	cd e2e && go run ./cmd/images -out $(IMAGES_DIR) -version $(VERSION) -sbom-generator $(CYCLONEDX_GOMOD) $(foreach n,$(IMAGE_NAMES),$(n)=$(BIN_DIR)/$(n))
 
 ##@ Generate and verify
 
@@ -182,7 +187,7 @@ verify: manifests ## Fail if anything generated is stale, a module is untidy, or
 ##@ Tools (built once into $(CACHE))
 
 .PHONY: tools
-tools: kube-bin $(KWOK_BIN)/kwokctl $(CONTROLLER_GEN) host-deps ## Build every tool the targets need.
+tools: kube-bin $(KWOK_BIN)/kwokctl $(CONTROLLER_GEN) $(CYCLONEDX_GOMOD) host-deps ## Build every tool the targets need.
 
 # Debian packages the tests use: the local cluster's real node needs a container runtime and iptables,
 # the PhasedRollout checks run against a real Prometheus server. Installed when missing on a machine
@@ -218,6 +223,10 @@ $(KWOK_BIN)/kwokctl:
 $(CONTROLLER_GEN):
 	mkdir -p $(dir $@)
 	tmp=$$(mktemp -d) && GOBIN=$$tmp CGO_ENABLED=0 GOWORK=off go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION) && mv $$tmp/controller-gen $@ && rm -rf $$tmp
+
+$(CYCLONEDX_GOMOD):
+	mkdir -p $(dir $@)
+	tmp=$$(mktemp -d) && GOBIN=$$tmp CGO_ENABLED=0 GOWORK=off go install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_GOMOD_VERSION) && mv $$tmp/cyclonedx-gomod $@ && rm -rf $$tmp
 
 .PHONY: help
 help: ## Show this help.

@@ -5,10 +5,8 @@ package framework
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,10 +21,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -99,38 +95,24 @@ func ResFastClient(t *testing.T) kubernetes.Interface {
 	return c
 }
 
-// ResMetricsToken returns a token of a ServiceAccount that the operators' secure metrics endpoints
-// accept (their manifests' metrics-reader ClusterRoles).
+// ResMetricsToken returns a token that the operators' secure metrics endpoints accept (MetricsToken),
+// once each of them does.
 func ResMetricsToken(t *testing.T, ops []*ResOperator) string {
 	t.Helper()
 	ctx := t.Context()
-	ns := NewNamespace(t)
-	sa, err := Clientset.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "bench-metrics"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	names := make([]string, 0, len(ops))
 	for _, o := range ops {
-		crb := &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-metrics-"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: o.Name + "-metrics-reader"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}},
-		}
-		created, err := Clientset.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			_ = Clientset.RbacV1().ClusterRoleBindings().Delete(context.Background(), created.Name, metav1.DeleteOptions{})
-		})
+		names = append(names, o.Name)
 	}
-	tok, err := Clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	token := MetricsToken(t, names...)
 	// The token and its RBAC work before anything is measured.
 	for _, o := range ops {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			_, err := ResScrapeOperator(ctx, o, tok.Status.Token)
+			_, err := ResScrapeOperator(ctx, o, token)
 			assert.NoError(c, err)
 		}, Timeout, Tick, "%s serves its metrics to the bench token", o.Name)
 	}
-	return tok.Status.Token
+	return token
 }
 
 // The workloads: ResCRs CRs per operator, each with the smallest realistic workload (1 replica).
@@ -602,26 +584,14 @@ func resReviews(api map[string]float64) float64 {
 
 // ResScrapeOperator reads the operator's /metrics with the bench token.
 func ResScrapeOperator(ctx context.Context, o *ResOperator, token string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", o.MetricsPort), nil)
+	code, body, err := ScrapeMetrics(ctx, o.MetricsPort, token)
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	// The operator's metrics certificate is self-signed, generated at its start: nothing to verify it with.
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, self-signed
-	resp, err := c.Do(req)
-	if err != nil {
-		return "", err
+	if code != http.StatusOK {
+		return "", fmt.Errorf("%s /metrics: %d: %s", o.Name, code, body)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s /metrics: %s: %s", o.Name, resp.Status, body)
-	}
-	return string(body), nil
+	return body, nil
 }
 
 // resClientWrites sums rest_client_requests_total over the write methods.

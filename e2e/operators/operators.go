@@ -55,6 +55,13 @@ func All() []Binary {
 	}
 }
 
+// metricsServices are the metrics Services (namespace, name) of the binaries started without a
+// ServiceAccount, so without a namespace of their own: their secure metrics endpoint authorizes a scrape
+// on services/metrics of this Service, the one the manifest that installs them ships.
+var metricsServices = map[string][2]string{
+	"webhook-server": {"singleton-operator-system", "singleton-operator-webhook-server-metrics-service"},
+}
+
 // Options say where the binaries are and which cluster they talk to.
 type Options struct {
 	// BinDir holds the built binaries. Default: $STATEFULOPS_BIN.
@@ -134,6 +141,9 @@ func start(opts Options, b Binary) (int, error) {
 		// No manifest grants this binary a namespace of its own yet, and it runs no controller that
 		// needs an election: every replica of a webhook server serves.
 		args = append(args, "--leader-elect=false")
+		if svc, ok := metricsServices[b.Name]; ok {
+			args = append(args, "--metrics-service-namespace="+svc[0], "--metrics-service-name="+svc[1])
+		}
 	}
 	if b.WebhookPort != 0 {
 		certDir, err := ensureWebhookCerts(opts.StateDir, b.Name)

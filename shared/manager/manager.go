@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -64,6 +63,8 @@ type flags struct {
 	metricsCertPath         string
 	metricsCertName         string
 	metricsCertKey          string
+	metricsServiceName      string
+	metricsServiceNamespace string
 	probeAddr               string
 	leaderElect             bool
 	leaderElectionNamespace string
@@ -108,6 +109,10 @@ func NewRootCommand(opts Options) *cobra.Command {
 		"Directory with the metrics server's certificate; empty means a self-signed certificate generated at start.")
 	fs.StringVar(&f.metricsCertName, "metrics-cert-name", "tls.crt", "File name of the metrics server's certificate.")
 	fs.StringVar(&f.metricsCertKey, "metrics-cert-key", "tls.key", "File name of the metrics server's key.")
+	fs.StringVar(&f.metricsServiceName, "metrics-service-name", opts.Name+"-controller-manager-metrics-service",
+		"With --metrics-secure, a scraper must be allowed to get the subresource services/metrics of this Service (the <operator>-metrics-reader Role grants it).")
+	fs.StringVar(&f.metricsServiceNamespace, "metrics-service-namespace", "",
+		"Namespace of --metrics-service-name; empty means POD_NAMESPACE, else the pod's own namespace, else --leader-election-namespace.")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true,
 		"Elect one active replica through a Lease, so that running several replicas is safe.")
@@ -153,7 +158,10 @@ func run(ctx context.Context, opts Options, f *flags) error {
 		}
 		return err
 	}
-	mgrOpts, webhookServer := managerOptions(opts, f, scheme)
+	mgrOpts, webhookServer, err := managerOptions(opts, f, scheme)
+	if err != nil {
+		return err
+	}
 	mgr, err := ctrl.NewManager(restConfig, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -220,7 +228,7 @@ func waitForOwnKinds(ctx context.Context, log logr.Logger, restConfig *rest.Conf
 // managerOptions are the manager's options from the flags and the binary's Options: metrics, probes,
 // leader election, the cache (Options.Cache, then managedFields stripped), and with Options.Webhooks the
 // webhook server, which is also returned (nil without webhooks) for its readiness check.
-func managerOptions(opts Options, f *flags, scheme *runtime.Scheme) (ctrl.Options, webhook.Server) {
+func managerOptions(opts Options, f *flags, scheme *runtime.Scheme) (ctrl.Options, webhook.Server, error) {
 	var tlsOpts []func(*tls.Config)
 	if !f.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
@@ -233,8 +241,14 @@ func managerOptions(opts Options, f *flags, scheme *runtime.Scheme) (ctrl.Option
 		KeyName:       f.metricsCertKey,
 		TLSOpts:       tlsOpts,
 	}
-	if f.metricsSecure {
-		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	if f.metricsSecure && f.metricsAddr != "0" {
+		// Scrapes are authorized on the metrics Service's services/metrics subresource, not on the
+		// nonResourceURL /metrics, whose grant would open the kube-apiserver's /metrics too.
+		svc, err := resolveMetricsService(f, serviceAccountNamespaceFile)
+		if err != nil {
+			return ctrl.Options{}, nil, err
+		}
+		metricsOpts.FilterProvider = metricsAuthFilter(svc)
 	}
 	mgrOpts := ctrl.Options{
 		Scheme:                        scheme,
@@ -254,7 +268,7 @@ func managerOptions(opts Options, f *flags, scheme *runtime.Scheme) (ctrl.Option
 		mgrOpts.Cache.DefaultTransform = cache.TransformStripManagedFields()
 	}
 	if !opts.Webhooks {
-		return mgrOpts, nil
+		return mgrOpts, nil, nil
 	}
 	webhookServer := webhook.NewServer(webhook.Options{
 		Host:     f.webhookHost,
@@ -265,7 +279,7 @@ func managerOptions(opts Options, f *flags, scheme *runtime.Scheme) (ctrl.Option
 		TLSOpts:  tlsOpts,
 	})
 	mgrOpts.WebhookServer = webhookServer
-	return mgrOpts, webhookServer
+	return mgrOpts, webhookServer, nil
 }
 
 // addProbes adds /healthz and /readyz, and with a webhook server a readiness check that passes once it

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -34,11 +35,7 @@ import (
 // metrics, wins its leader election under its own ID, calls Setup, and returns cleanly when its context
 // ends (SIGTERM cancels it in Main), releasing the Lease so a successor can take over at once.
 func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	kubeconfig := writeKubeconfig(t, cfg.Host, cfg.CAData, cfg.CertData, cfg.KeyData)
+	cfg, kubeconfig := startEnvtest(t)
 
 	probePort, metricsPort := freePort(t), freePort(t)
 	setupCalled := make(chan ctrl.Manager, 1)
@@ -122,11 +119,7 @@ func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
 // "no matches for kind") instead of exiting: once the CRD is installed, the controller reconciles and
 // the command never returned.
 func TestRunWaitsForItsCRDInsteadOfExiting(t *testing.T) {
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	kubeconfig := writeKubeconfig(t, cfg.Host, cfg.CAData, cfg.CertData, cfg.KeyData)
+	cfg, kubeconfig := startEnvtest(t)
 
 	reconciled := make(chan string, 10)
 	setupCalled := make(chan struct{})
@@ -181,7 +174,7 @@ func TestRunWaitsForItsCRDInsteadOfExiting(t *testing.T) {
 	assert.Equal(t, http.StatusOK, probe("/healthz"))
 	assert.Equal(t, http.StatusServiceUnavailable, probe("/readyz"))
 
-	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+	_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
 		Paths: []string{filepath.Join("..", "..", "lease-operator", "config", "crd", "bases")}, ErrorIfPathMissing: true,
 	})
 	require.NoError(t, err)
@@ -215,6 +208,16 @@ func TestRunWaitsForItsCRDInsteadOfExiting(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the command did not return after its context was cancelled")
 	}
+}
+
+// startEnvtest starts an API server for the test and returns its admin config and a kubeconfig file of it.
+func startEnvtest(t *testing.T) (*rest.Config, string) {
+	t.Helper()
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	return cfg, writeKubeconfig(t, cfg.Host, cfg.CAData, cfg.CertData, cfg.KeyData)
 }
 
 func freePort(t *testing.T) int {

@@ -1,7 +1,7 @@
 // Command images packages static binaries as container image tarballs, without Docker or a registry:
 //
 //	images -out DIR -version v0.1.0 [-repo statefulops] [-source URL] [-licenses SPDX] [-created TIME] [-force] \
-//	    NAME=BINARY [NAME=BINARY...]
+//	    [-sbom-generator PATH] NAME=BINARY [NAME=BINARY...]
 //
 // For each NAME it writes DIR/NAME.tar, the image tagged REPO/NAME:VERSION in `docker save` layout
 // (manifest.json + config + one gzipped layer), which both `docker load` and
@@ -11,11 +11,17 @@
 //	/etc/passwd  root and nonroot (65532), /etc/group likewise
 //	/home/nonroot, owned by 65532
 //	/tmp         mode 1777
+//	/sbom.cdx.json  with -sbom-generator: the binary's CycloneDX SBOM (JSON), every module compiled
+//	             into it with its version, from the binary's build info (cyclonedx-gomod bin)
 //
 // and its config: Entrypoint ["/NAME"], User 65532:65532, WorkingDir /, Env PATH, os linux, the
 // architecture of the binary (its GOARCH), and the OCI labels org.opencontainers.image.{title, version,
-// source, description, licenses}. Every timestamp is the -created time (default: $SOURCE_DATE_EPOCH, else
+// source, description, licenses}, and with an SBOM the label dev.statefulops.image.sbom, its path and
+// SHA-256 digest (which also tells a stale tarball from a fresh one). Every timestamp is the -created time (default: $SOURCE_DATE_EPOCH, else
 // the Unix epoch), so the same inputs give the same bytes and the same digests.
+//
+// The SBOM is made without a timestamp or serial number (-notimestamp -noserial), so it too is the same
+// for the same binary.
 //
 // The binary must be a static Linux ELF executable (CGO_ENABLED=0): the image has no libc. A tarball
 // that is newer than its binary and already holds the same tag and labels is kept ("up to date");
@@ -26,6 +32,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
 	"debug/buildinfo"
 	"debug/elf"
 	"errors"
@@ -34,6 +41,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -52,6 +60,8 @@ import (
 const (
 	nonrootID = 65532
 	user      = "65532:65532"
+	sbomPath  = "sbom.cdx.json"
+	sbomLabel = "dev.statefulops.image.sbom"
 	envPath   = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	passwd    = "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"
 	group     = "root:x:0:\nnonroot:x:65532:\n"
@@ -81,6 +91,8 @@ type spec struct {
 	Source   string
 	Licenses string
 	Created  time.Time
+	// SBOM is the binary's CycloneDX SBOM, put in the image at /sbom.cdx.json; nil puts none.
+	SBOM []byte
 }
 
 func (s spec) tag() (name.Tag, error) { return name.NewTag(s.Repo + "/" + s.Name + ":" + s.Version) }
@@ -90,13 +102,30 @@ func (s spec) labels() map[string]string {
 	if description == "" {
 		description = "statefulops " + s.Name
 	}
-	return map[string]string{
+	labels := map[string]string{
 		"org.opencontainers.image.title":       s.Name,
 		"org.opencontainers.image.version":     s.Version,
 		"org.opencontainers.image.source":      s.Source,
 		"org.opencontainers.image.description": description,
 		"org.opencontainers.image.licenses":    s.Licenses,
 	}
+	if s.SBOM != nil {
+		labels[sbomLabel] = fmt.Sprintf("/%s sha256:%x", sbomPath, sha256.Sum256(s.SBOM))
+	}
+	return labels
+}
+
+// generateSBOM runs cyclonedx-gomod's bin mode on the binary: the modules and versions of its build info,
+// the main module named with version. No timestamp and no serial number, so the same binary gives the
+// same bytes.
+func generateSBOM(generator, binary, version string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(generator, "bin", "-json", "-noserial", "-notimestamp", "-version", version, binary)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s bin %s: %w: %s", generator, binary, err, stderr.Bytes())
+	}
+	return stdout.Bytes(), nil
 }
 
 func main() {
@@ -107,6 +136,7 @@ func main() {
 	licenses := flag.String("licenses", "Apache-2.0", "org.opencontainers.image.licenses (an SPDX expression)")
 	created := flag.String("created", "", "creation time of the images, RFC 3339 (default: $SOURCE_DATE_EPOCH, else the Unix epoch)")
 	force := flag.Bool("force", false, "rebuild even the tarballs that are up to date")
+	sbomGenerator := flag.String("sbom-generator", "", "cyclonedx-gomod binary: put each binary's CycloneDX SBOM in its image at /"+sbomPath+" (empty: no SBOM)")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: images -out DIR -version VERSION [flags] NAME=BINARY [NAME=BINARY...]")
 		flag.PrintDefaults()
@@ -126,8 +156,14 @@ func main() {
 		if !ok || !imageName.MatchString(n) || bin == "" {
 			fail(fmt.Errorf("%q is not NAME=BINARY with a lower-case image NAME", arg))
 		}
-		specs = append(specs, spec{Name: n, Binary: bin, Repo: *repo, Version: *version, Source: *source,
-			Licenses: *licenses, Created: createdAt})
+		s := spec{Name: n, Binary: bin, Repo: *repo, Version: *version, Source: *source,
+			Licenses: *licenses, Created: createdAt}
+		if *sbomGenerator != "" {
+			if s.SBOM, err = generateSBOM(*sbomGenerator, bin, *version); err != nil {
+				fail(err)
+			}
+		}
+		specs = append(specs, s)
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fail(err)
@@ -231,7 +267,7 @@ func build(s spec) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	layerTar, err := rootfs(s.Name, bin, s.Created)
+	layerTar, err := rootfs(s.Name, bin, s.SBOM, s.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +280,7 @@ func build(s spec) (v1.Image, error) {
 	img, err := mutate.Append(empty.Image, mutate.Addendum{Layer: layer, History: v1.History{
 		Created:   v1.Time{Time: s.Created},
 		CreatedBy: "statefulops e2e/cmd/images",
-		Comment:   "/" + s.Name + ", /etc/passwd, /etc/group, /home/nonroot, /tmp",
+		Comment:   layerComment(s),
 	}})
 	if err != nil {
 		return nil, err
@@ -266,8 +302,18 @@ func build(s spec) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// rootfs is the uncompressed layer: the binary at /name plus the few files a non-root process expects.
-func rootfs(name string, bin []byte, mtime time.Time) ([]byte, error) {
+// layerComment lists the files of the image's one layer (its history entry).
+func layerComment(s spec) string {
+	c := "/" + s.Name + ", /etc/passwd, /etc/group, /home/nonroot, /tmp"
+	if s.SBOM != nil {
+		c += ", /" + sbomPath
+	}
+	return c
+}
+
+// rootfs is the uncompressed layer: the binary at /name plus the few files a non-root process expects,
+// and the binary's SBOM when there is one.
+func rootfs(name string, bin, sbom []byte, mtime time.Time) ([]byte, error) {
 	type entry struct {
 		hdr  tar.Header
 		data []byte
@@ -286,6 +332,9 @@ func rootfs(name string, bin []byte, mtime time.Time) ([]byte, error) {
 		dir("home/nonroot/", 0o700, nonrootID),
 		dir("tmp/", 0o1777, 0),
 		file(name, 0o755, bin),
+	}
+	if sbom != nil {
+		entries = append(entries, file(sbomPath, 0o644, sbom))
 	}
 
 	var buf bytes.Buffer
