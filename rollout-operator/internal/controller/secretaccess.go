@@ -41,6 +41,10 @@ const (
 	// managedByLabel marks the RoleBindings the operator created, so it never deletes someone else's.
 	managedByLabel = "app.kubernetes.io/managed-by"
 	managedByValue = "rollout-operator"
+	// grantLabel marks the RoleBinding as the operator's Secret grant: the admission policy
+	// config/policy/rolebinding_namespace.yaml selects the RoleBindings carrying it (and
+	// rolebinding_shape.yaml makes every RoleBinding the operator writes carry it).
+	grantLabel = "sts.plus/secret-access"
 )
 
 // SecretAccess keeps, in every namespace, a RoleBinding that lets the operator read Secrets exactly
@@ -175,12 +179,13 @@ func (a *SecretAccess) Ensure(ctx context.Context, namespace string) error {
 			return fmt.Errorf("replacing RoleBinding %s/%s: %w", namespace, want.Name, err)
 		}
 		return a.Client.Create(ctx, want)
-	case !slices.Equal(rb.Subjects, want.Subjects) || rb.Labels[managedByLabel] != managedByValue:
+	case !slices.Equal(rb.Subjects, want.Subjects) || rb.Labels[managedByLabel] != managedByValue || rb.Labels[grantLabel] != managedByValue:
 		rb.Subjects = want.Subjects
 		if rb.Labels == nil {
 			rb.Labels = map[string]string{}
 		}
 		rb.Labels[managedByLabel] = managedByValue
+		rb.Labels[grantLabel] = managedByValue
 		return a.Client.Update(ctx, rb)
 	}
 	return nil
@@ -190,7 +195,7 @@ func (a *SecretAccess) roleBinding(namespace string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: SecretReaderRoleBinding, Namespace: namespace,
-			Labels: map[string]string{managedByLabel: managedByValue},
+			Labels: map[string]string{managedByLabel: managedByValue, grantLabel: managedByValue},
 			Annotations: map[string]string{
 				"sts.plus/purpose": "lets rollout-operator read the Secrets named by check.query.secretRef of the PhasedRollouts in this namespace; deleted when none is left",
 			},

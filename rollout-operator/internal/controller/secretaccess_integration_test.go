@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -19,11 +20,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // TestSecretAccessUnderTheManifestRBAC runs the operator impersonating a ServiceAccount bound to the
 // ClusterRole generated from its RBAC markers (config/rbac/role.yaml), with the manifest's
-// secret-reader ClusterRole (config/secretreader) installed but bound nowhere: the operator reads the
+// secret-reader ClusterRole (config/secretreader) installed but bound nowhere and the manifest's
+// admission policies (config/policy) in force: the operator reads the
 // credentials Secret of a PhasedRollout through the RoleBinding it creates in that namespace only,
 // cannot read Secrets elsewhere, and deletes the RoleBinding once no PhasedRollout there names a
 // Secret.
@@ -105,7 +108,8 @@ func TestSecretAccessKeepsOthersRoleBindings(t *testing.T) {
 }
 
 // installManifestRBAC creates the operator's ServiceAccount, its generated ClusterRole bound to it,
-// and the unbound secret-reader ClusterRole, named as deploy/rollout-operator.yaml names them (once
+// and the unbound secret-reader ClusterRole, named as deploy/rollout-operator.yaml names them, and
+// the admission policies of deploy/rollout-operator.yaml, and waits until those are in force (once
 // per run: they are cluster-scoped).
 func installManifestRBAC(t *testing.T) *corev1.ServiceAccount {
 	t.Helper()
@@ -135,6 +139,18 @@ func installManifestRBAC(t *testing.T) *corev1.ServiceAccount {
 			require.NoError(t, err)
 		}
 	}
+	policies := testsupport.InstallManifestPolicies(t, suite.Client, filepath.Join("..", "..", "..", "deploy", "rollout-operator.yaml"))
+	// The API server loads policies asynchronously: probe with a write they refuse.
+	asOperator := rest.CopyConfig(suite.Config)
+	asOperator.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + sa.Namespace + ":" + sa.Name}
+	operator, err := client.New(asOperator, client.Options{Scheme: suite.Scheme})
+	require.NoError(t, err)
+	probe := (&SecretAccess{ClusterRole: DefaultSecretReaderClusterRole,
+		Subject: rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}}).roleBinding("kube-system")
+	require.Eventually(t, func() bool {
+		err := operator.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
+	}, wait, tick, "the policies %v are in force", policies)
 	return sa
 }
 
