@@ -145,8 +145,8 @@ func installManifestRBAC(t *testing.T) *corev1.ServiceAccount {
 	asOperator.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + sa.Namespace + ":" + sa.Name}
 	operator, err := client.New(asOperator, client.Options{Scheme: suite.Scheme})
 	require.NoError(t, err)
-	probe := (&SecretAccess{ClusterRole: DefaultSecretReaderClusterRole,
-		Subject: rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}}).roleBinding("kube-system")
+	probe := newRolloutSecretAccess(nil, nil, DefaultSecretReaderClusterRole,
+		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}).RoleBinding("kube-system")
 	require.Eventually(t, func() bool {
 		err := operator.Create(ctx, probe.DeepCopy(), client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy")

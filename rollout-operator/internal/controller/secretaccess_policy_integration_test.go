@@ -35,8 +35,8 @@ func TestRoleBindingPolicy(t *testing.T) {
 	withRollout.createRollout()
 	without := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rollout-none-"}}
 	require.NoError(t, suite.Client.Create(ctx, without))
-	own := (&SecretAccess{ClusterRole: DefaultSecretReaderClusterRole,
-		Subject: rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}}).roleBinding
+	own := newRolloutSecretAccess(nil, nil, DefaultSecretReaderClusterRole,
+		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}).RoleBinding
 	dryRun := client.DryRunAll
 
 	require.NoError(t, operator.Create(ctx, own(withRollout.ns), dryRun),
