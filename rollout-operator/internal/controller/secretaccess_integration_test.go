@@ -4,9 +4,7 @@ package controller
 
 import (
 	"context"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -17,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 	"github.com/statefulops/statefulops/shared/testsupport"
@@ -107,50 +104,17 @@ func TestSecretAccessKeepsOthersRoleBindings(t *testing.T) {
 	assert.Empty(t, mine.Labels[managedByLabel])
 }
 
-// installManifestRBAC creates the operator's ServiceAccount, its generated ClusterRole bound to it,
-// and the unbound secret-reader ClusterRole, named as deploy/rollout-operator.yaml names them, and
-// the admission policies of deploy/rollout-operator.yaml, and waits until those are in force (once
-// per run: they are cluster-scoped).
+// installManifestRBAC installs the operator's identity as deploy/rollout-operator.yaml ships it:
+// its ServiceAccount, its generated ClusterRole bound to it, the unbound secret-reader ClusterRole
+// and the admission policies, in force (testsupport.InstallOperatorIdentity).
 func installManifestRBAC(t *testing.T) *corev1.ServiceAccount {
 	t.Helper()
-	ctx := context.Background()
-	load := func(path, name string) *rbacv1.ClusterRole {
-		raw, err := os.ReadFile(filepath.Join("..", "..", "config", path))
-		require.NoError(t, err)
-		role := &rbacv1.ClusterRole{}
-		require.NoError(t, yaml.Unmarshal(raw, role))
-		role.Name = name
-		return role
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rollout-operator-system"}}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "rollout-operator-controller-manager", Namespace: ns.Name}}
-	objs := []client.Object{
-		ns, sa,
-		load("rbac/role.yaml", "rollout-operator-manager-role"),
-		load("secretreader/cluster_role.yaml", DefaultSecretReaderClusterRole),
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "rollout-operator-manager-rolebinding"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "rollout-operator-manager-role"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns.Name, Name: sa.Name}},
-		},
-	}
-	for _, o := range objs {
-		if err := suite.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-			require.NoError(t, err)
-		}
-	}
-	policies := testsupport.InstallManifestPolicies(t, suite.Client, filepath.Join("..", "..", "..", "deploy", "rollout-operator.yaml"))
-	// The API server loads policies asynchronously: probe with a write they refuse.
-	asOperator := rest.CopyConfig(suite.Config)
-	asOperator.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + sa.Namespace + ":" + sa.Name}
-	operator, err := client.New(asOperator, client.Options{Scheme: suite.Scheme})
-	require.NoError(t, err)
-	probe := newRolloutSecretAccess(nil, nil, DefaultSecretReaderClusterRole,
-		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: sa.Namespace, Name: sa.Name}).RoleBinding("kube-system")
-	require.Eventually(t, func() bool {
-		err := operator.Create(ctx, probe.DeepCopy(), client.DryRunAll)
-		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
-	}, wait, tick, "the policies %v are in force", policies)
+	sa, _ := testsupport.InstallOperatorIdentity(t, &suite, managedByValue, filepath.Join("..", "..", "config"),
+		filepath.Join("..", "..", "..", "deploy", "rollout-operator.yaml"), func(c client.Client) error {
+			probe := newRolloutSecretAccess(nil, nil, DefaultSecretReaderClusterRole,
+				rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "rollout-operator-system", Name: "rollout-operator-controller-manager"}).RoleBinding("kube-system")
+			return c.Create(context.Background(), probe, client.DryRunAll)
+		})
 	return sa
 }
 
