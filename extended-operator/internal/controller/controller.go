@@ -35,12 +35,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/metadata"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
@@ -49,7 +51,9 @@ import (
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+// ConfigMaps are watched cluster-wide (metadata, cache.go) and read uncached by the config hash;
+// Secrets only where the operator holds the per-namespace grant (secretaccess.go).
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch
 
 // Field indexes of ExtendedStatefulSets, to find the referrers of a ConfigMap or Secret.
 const (
@@ -74,9 +78,9 @@ const (
 // Reconciler reconciles ExtendedStatefulSets.
 //
 // Its Client writes StatefulSets, pods and ExtendedStatefulSet status; its Cache holds
-// ExtendedStatefulSets, StatefulSets, ConfigMaps and Secrets (the last two as metadata, cache.go); its
-// APIReader lists pods (only to restart canaries; pods are not cached) and reads the referenced
-// ConfigMaps and Secrets for the config hash.
+// ExtendedStatefulSets, StatefulSets and ConfigMaps (as metadata, cache.go), Secrets only through the
+// per-namespace informers of secretaccess.go; its APIReader lists pods (only to restart canaries; pods
+// are not cached) and reads the referenced ConfigMaps and Secrets for the config hash.
 type Reconciler struct {
 	opsutil.Access
 	// Scheme builds ownerReferences.
@@ -85,6 +89,8 @@ type Reconciler struct {
 	HashKey []byte
 
 	debounce *debouncer
+	// secretAccess grants the operator Secret reads in a namespace before it reads one there.
+	secretAccess *opsutil.SecretAccess
 	// writes are the status writes of this process, to tell a cached ExtendedStatefulSet older than the
 	// last of them (caughtUp).
 	writes *opsutil.WriteTracker
@@ -134,6 +140,11 @@ func (o *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	if opts.ConfigMaxDelay <= 0 {
 		opts.ConfigMaxDelay = DefaultConfigMaxDelay
 	}
+	metadataClient, err := metadata.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	secretWatches := newSecretWatches(metadataClient)
 	r := &Reconciler{
 		Access:   opsutil.NewAccess(mgr, "extended-operator", opts.Overrides),
 		Scheme:   mgr.GetScheme(),
@@ -150,6 +161,9 @@ func (o *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		}
 		r.HashKey = key
 	}
+	if r.secretAccess, err = setupSecretAccess(ctx, mgr, secretWatches); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("extendedstatefulset").
 		For(&extendedv1alpha1.ExtendedStatefulSet{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -158,7 +172,8 @@ func (o *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.zoneReferrers), builder.WithPredicates(nodeZoneChanged())).
 		// Metadata only, slim (cache.go): an event names the object; the hash reads its data uncached.
 		Watches(ConfigMapMeta(), handler.EnqueueRequestsFromMapFunc(r.referrers(indexConfigMaps)), builder.WithPredicates(configChanged())).
-		Watches(SecretMeta(), handler.EnqueueRequestsFromMapFunc(r.referrers(indexSecrets)), builder.WithPredicates(configChanged())).
+		// Secrets: the per-namespace metadata informers of the granted namespaces (secretaccess.go).
+		WatchesRawSource(source.Channel(secretWatches.Events, handler.EnqueueRequestsFromMapFunc(r.referrers(indexSecrets)))).
 		Complete(reconcile.AsReconciler(mgr.GetClient(), r))
 }
 

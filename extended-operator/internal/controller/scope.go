@@ -71,6 +71,12 @@ type zoneScope struct {
 // until then, so the status still reports it.
 func (r *Reconciler) newScope(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (*scope, error) {
 	s := &scope{ests: ests, orig: ests.DeepCopy(), now: r.Clock.Now()}
+	if r.secretAccess != nil && len(referencedNames(ests, "Secret")) > 0 {
+		// The first read must not wait for the grant's own controller.
+		if err := r.secretAccess.Ensure(ctx, ests.Namespace); err != nil {
+			return s, err
+		}
+	}
 	cfg, err := computeConfigHash(ctx, r.APIReader, r.HashKey, ests)
 	if err != nil {
 		return s, err

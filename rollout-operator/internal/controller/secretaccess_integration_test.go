@@ -4,7 +4,6 @@ package controller
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -16,14 +15,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // TestSecretAccessUnderTheManifestRBAC runs the operator impersonating a ServiceAccount bound to the
 // ClusterRole generated from its RBAC markers (config/rbac/role.yaml), with the manifest's
-// secret-reader ClusterRole (config/secretreader) installed but bound nowhere: the operator reads the
+// secret-reader ClusterRole (config/secretreader) installed but bound nowhere and the manifest's
+// admission policies (config/policy) in force: the operator reads the
 // credentials Secret of a PhasedRollout through the RoleBinding it creates in that namespace only,
 // cannot read Secrets elsewhere, and deletes the RoleBinding once no PhasedRollout there names a
 // Secret.
@@ -104,37 +104,17 @@ func TestSecretAccessKeepsOthersRoleBindings(t *testing.T) {
 	assert.Empty(t, mine.Labels[managedByLabel])
 }
 
-// installManifestRBAC creates the operator's ServiceAccount, its generated ClusterRole bound to it,
-// and the unbound secret-reader ClusterRole, named as deploy/rollout-operator.yaml names them (once
-// per run: they are cluster-scoped).
+// installManifestRBAC installs the operator's identity as deploy/rollout-operator.yaml ships it:
+// its ServiceAccount, its generated ClusterRole bound to it, the unbound secret-reader ClusterRole
+// and the admission policies, in force (testsupport.InstallOperatorIdentity).
 func installManifestRBAC(t *testing.T) *corev1.ServiceAccount {
 	t.Helper()
-	ctx := context.Background()
-	load := func(path, name string) *rbacv1.ClusterRole {
-		raw, err := os.ReadFile(filepath.Join("..", "..", "config", path))
-		require.NoError(t, err)
-		role := &rbacv1.ClusterRole{}
-		require.NoError(t, yaml.Unmarshal(raw, role))
-		role.Name = name
-		return role
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rollout-operator-system"}}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "rollout-operator-controller-manager", Namespace: ns.Name}}
-	objs := []client.Object{
-		ns, sa,
-		load("rbac/role.yaml", "rollout-operator-manager-role"),
-		load("secretreader/cluster_role.yaml", DefaultSecretReaderClusterRole),
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "rollout-operator-manager-rolebinding"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "rollout-operator-manager-role"},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns.Name, Name: sa.Name}},
-		},
-	}
-	for _, o := range objs {
-		if err := suite.Client.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
-			require.NoError(t, err)
-		}
-	}
+	sa, _ := testsupport.InstallOperatorIdentity(t, &suite, managedByValue, filepath.Join("..", "..", "config"),
+		filepath.Join("..", "..", "..", "deploy", "rollout-operator.yaml"), func(c client.Client) error {
+			probe := newRolloutSecretAccess(nil, nil, DefaultSecretReaderClusterRole,
+				rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "rollout-operator-system", Name: "rollout-operator-controller-manager"}).RoleBinding("kube-system")
+			return c.Create(context.Background(), probe, client.DryRunAll)
+		})
 	return sa
 }
 

@@ -94,21 +94,19 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 // newSecretAccess builds the controller's access to credentials Secrets from opts: the ClusterRole to
 // bind and the operator's own identity in the RoleBindings.
 func newSecretAccess(ctx context.Context, mgr ctrl.Manager, opts Options) (*SecretAccess, error) {
-	access := &SecretAccess{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterRole: opts.SecretReaderClusterRole}
-	if access.ClusterRole == "" {
-		access.ClusterRole = DefaultSecretReaderClusterRole
+	clusterRole := opts.SecretReaderClusterRole
+	if clusterRole == "" {
+		clusterRole = DefaultSecretReaderClusterRole
 	}
 	if opts.Subject != nil {
-		access.Subject = *opts.Subject
-		return access, nil
+		return newRolloutSecretAccess(mgr.GetClient(), mgr.GetAPIReader(), clusterRole, *opts.Subject), nil
 	}
 	// The manager's client does not read from its cache before it starts, and this one writes.
-	subject, err := Self(ctx, mgr.GetClient())
+	subject, err := opsutil.SelfSubject(ctx, mgr.GetClient())
 	if err != nil {
 		return nil, err
 	}
-	access.Subject = subject
-	return access, nil
+	return newRolloutSecretAccess(mgr.GetClient(), mgr.GetAPIReader(), clusterRole, subject), nil
 }
 
 // rolloutsTargeting returns the requests of the PhasedRollouts whose targetRef names a StatefulSet,
