@@ -1,0 +1,232 @@
+//go:build integration
+
+package controller
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+)
+
+// operatorUser is the identity deploy/cluster-operator.yaml gives the operator.
+const operatorUser = "system:serviceaccount:cluster-operator-system:cluster-operator-controller-manager"
+
+// applyDeployManifest creates every object of the rendered manifest but its CRDs (the suite installed
+// them): the ServiceAccount, its RBAC and the admission policy, as a user's `kubectl apply` would.
+func applyDeployManifest(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return
+		} else {
+			require.NoError(t, err)
+		}
+		if len(u.Object) == 0 || u.GetKind() == "CustomResourceDefinition" {
+			continue
+		}
+		if err := suite.Client.Create(t.Context(), u); !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err, "%s %s", u.GetKind(), u.GetName())
+		}
+	}
+}
+
+// TestAdmissionPolicyConfinesTheOperator applies deploy/cluster-operator.yaml and writes, with
+// server-side dry-run, as the operator's ServiceAccount: what the operator writes for a StatefulCluster
+// is allowed; a pod, claim or ControllerRevision in a system namespace, without its StatefulCluster's
+// controller reference or label, a takeover of another controller's pod and a change of a pod's spec
+// are refused. The same writes by another user are allowed: the policy binds the operator only.
+func TestAdmissionPolicyConfinesTheOperator(t *testing.T) {
+	ctx := t.Context()
+	applyDeployManifest(t, filepath.Join("..", "..", "..", "deploy", "cluster-operator.yaml"))
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "policy-"}}
+	require.NoError(t, suite.Client.Create(ctx, nsObj))
+	ns := nsObj.Name
+
+	cfg := rest.CopyConfig(suite.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser}
+	op, err := client.New(cfg, client.Options{Scheme: suite.Scheme})
+	require.NoError(t, err)
+
+	owner := metav1.OwnerReference{APIVersion: clusterv1alpha1.GroupVersion.String(), Kind: "StatefulCluster",
+		Name: "db", UID: types.UID("8d4c0f6e-0000-4000-8000-000000000001"), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
+	foreign := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web",
+		UID: types.UID("8d4c0f6e-0000-4000-8000-000000000002"), Controller: ptr.To(true)}
+	label := map[string]string{clusterv1alpha1.ClusterNameLabel: "db", "app": "db"}
+	pod := func(namespace, name string, labels map[string]string, refs ...metav1.OwnerReference) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels, OwnerReferences: refs},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}},
+		}
+	}
+	privileged := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.HostPID = true
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+		p.Spec.Volumes = []corev1.Volume{{Name: "root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		return p
+	}
+	claim := func(namespace string, labels map[string]string, refs ...metav1.OwnerReference) *corev1.PersistentVolumeClaim {
+		return &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "data-db-0", Labels: labels, OwnerReferences: refs},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		}
+	}
+	revision := func(namespace string, labels map[string]string, refs ...metav1.OwnerReference) *appsv1.ControllerRevision {
+		return &appsv1.ControllerRevision{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "db-5d8f9c7b4", Labels: labels, OwnerReferences: refs},
+			Data:       runtime.RawExtension{Raw: []byte(`{"template":{}}`)}, Revision: 1,
+		}
+	}
+	renamed := func(r *appsv1.ControllerRevision, name string) *appsv1.ControllerRevision { r.Name = name; return r }
+	nonController := owner
+	nonController.Controller, nonController.BlockOwnerDeletion = nil, nil
+
+	// Existing objects the operator patches or deletes, made by the test (an admin).
+	orphan := pod(ns, "db-orphan", map[string]string{"app": "db"})
+	require.NoError(t, suite.Client.Create(ctx, orphan))
+	replicaPod := pod(ns, "web-0", map[string]string{"app": "db"}, foreign)
+	require.NoError(t, suite.Client.Create(ctx, replicaPod))
+	owned := pod(ns, "db-0", label, owner)
+	require.NoError(t, suite.Client.Create(ctx, owned))
+	ownedRev := revision(ns, label, owner)
+	require.NoError(t, suite.Client.Create(ctx, ownedRev))
+	foreignRev := renamed(revision(ns, map[string]string{"app": "web"}, foreign), "web-7c9f8d6b5")
+	require.NoError(t, suite.Client.Create(ctx, foreignRev))
+
+	adopt := func(p *corev1.Pod) func(c client.Client) error {
+		return func(c client.Client) error {
+			cur := &corev1.Pod{}
+			if err := suite.Client.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
+				return err
+			}
+			orig := cur.DeepCopy()
+			// An orphan gets the reference; another controller's pod would have to lose its own.
+			cur.OwnerReferences = []metav1.OwnerReference{owner}
+			cur.Labels[clusterv1alpha1.ClusterNameLabel] = "db"
+			return c.Patch(ctx, cur, client.MergeFrom(orig), client.DryRunAll)
+		}
+	}
+	create := func(obj client.Object) func(c client.Client) error {
+		return func(c client.Client) error {
+			return c.Create(ctx, obj.DeepCopyObject().(client.Object), client.DryRunAll)
+		}
+	}
+	del := func(obj client.Object) func(c client.Client) error {
+		return func(c client.Client) error { return c.Delete(ctx, obj, client.DryRunAll) }
+	}
+	allowed := []struct {
+		name  string
+		write func(c client.Client) error
+	}{
+		{"create its pod", create(pod(ns, "db-1", label, owner))},
+		{"create its claim (retained: no owner)", create(claim(ns, label))},
+		{"create its claim (whenDeleted Delete: owned)", create(claim(ns, label, nonController))},
+		{"create its ControllerRevision", create(renamed(revision(ns, label, owner), "db-6b7c8d9f5"))},
+		{"adopt an orphan pod", adopt(orphan)},
+		{"delete its pod", del(owned)},
+		{"renumber its ControllerRevision", func(c client.Client) error {
+			cur := &appsv1.ControllerRevision{}
+			if err := suite.Client.Get(ctx, client.ObjectKeyFromObject(ownedRev), cur); err != nil {
+				return err
+			}
+			cur.Revision = 2
+			return c.Update(ctx, cur, client.DryRunAll)
+		}},
+		{"delete its ControllerRevision", del(ownedRev)},
+	}
+	refused := []struct {
+		name  string
+		write func(c client.Client) error
+	}{
+		{"privileged pod in kube-system", create(privileged(pod("kube-system", "db-0", label, owner)))},
+		{"pod in kube-node-lease", create(pod("kube-node-lease", "db-0", label, owner))},
+		{"claim in kube-public", create(claim("kube-public", label))},
+		{"ControllerRevision in kube-system", create(revision("kube-system", label, owner))},
+		{"pod without an owner", create(pod(ns, "db-2", label))},
+		{"privileged pod owned by a ReplicaSet", create(privileged(pod(ns, "db-3", label, foreign)))},
+		{"pod owned (not controlled) by a StatefulCluster", create(pod(ns, "db-4", label, nonController))},
+		{"pod without its label", create(pod(ns, "db-5", map[string]string{"app": "db"}, owner))},
+		{"claim without its label", create(claim(ns, map[string]string{"app": "db"}))},
+		{"claim controlled by a ReplicaSet", create(claim(ns, label, foreign))},
+		{"ControllerRevision of a DaemonSet", create(revision(ns, label, metav1.OwnerReference{APIVersion: "apps/v1",
+			Kind: "DaemonSet", Name: "kube-proxy", UID: "8d4c0f6e-0000-4000-8000-000000000003", Controller: ptr.To(true)}))},
+		{"take over a ReplicaSet's pod", adopt(replicaPod)},
+		{"change an orphan pod's image", func(c client.Client) error {
+			cur := &corev1.Pod{}
+			if err := suite.Client.Get(ctx, client.ObjectKeyFromObject(orphan), cur); err != nil {
+				return err
+			}
+			orig := cur.DeepCopy()
+			cur.OwnerReferences = append(cur.OwnerReferences, owner)
+			cur.Labels[clusterv1alpha1.ClusterNameLabel] = "db"
+			cur.Spec.Containers[0].Image = "attacker.example/miner:1"
+			return c.Patch(ctx, cur, client.MergeFrom(orig), client.DryRunAll)
+		}},
+		{"delete an orphan pod", del(orphan)},
+		{"delete a ReplicaSet's pod", del(replicaPod)},
+		{"delete another controller's ControllerRevision", del(foreignRev)},
+		{"renumber another controller's ControllerRevision", func(c client.Client) error {
+			cur := &appsv1.ControllerRevision{}
+			if err := suite.Client.Get(ctx, client.ObjectKeyFromObject(foreignRev), cur); err != nil {
+				return err
+			}
+			cur.Revision = 9
+			return c.Update(ctx, cur, client.DryRunAll)
+		}},
+	}
+
+	// The API server loads a new policy asynchronously: wait until it refuses the first case.
+	require.Eventually(t, func() bool {
+		return apierrors.IsInvalid(refused[0].write(op)) || apierrors.IsForbidden(refused[0].write(op))
+	},
+		wait, 100*time.Millisecond, "the policy never took effect")
+
+	for _, c := range allowed {
+		require.NoError(t, c.write(op), "the operator's own write %q", c.name)
+	}
+	attempts, let := 0, 0
+	for _, c := range refused {
+		attempts++
+		err := c.write(op)
+		if err == nil {
+			let++
+			t.Errorf("as the operator, %q was allowed", c.name)
+			continue
+		}
+		// RBAC allows every one of these writes: the refusal must come from the policy.
+		require.Truef(t, apierrors.IsInvalid(err) || apierrors.IsForbidden(err), "%q: %v", c.name, err)
+		require.Containsf(t, err.Error(), "ValidatingAdmissionPolicy", "%q was refused by something else: %v", c.name, err)
+		// Another user (here the test's admin) is not bound by the policy: the same write passes
+		// admission, or fails for a reason of its own (the objects it patches are the admin's too).
+		if oerr := c.write(suite.Client); oerr != nil {
+			require.NotContainsf(t, oerr.Error(), "ValidatingAdmissionPolicy", "the policy refused another user's %q", c.name)
+		}
+	}
+	t.Logf("escalation attempts as %s: %d, allowed: %d", operatorUser, attempts, let)
+	// The privileged pod in kube-system, the first refusal, passes for another user.
+	require.NoError(t, refused[0].write(suite.Client), "another user's privileged pod in kube-system")
+}
