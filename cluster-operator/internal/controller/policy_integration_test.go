@@ -3,9 +3,6 @@
 package controller
 
 import (
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,43 +13,20 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
-// operatorUser is the identity deploy/cluster-operator.yaml gives the operator.
-const operatorUser = "system:serviceaccount:cluster-operator-system:cluster-operator-controller-manager"
-
-// applyDeployManifest creates every object of the rendered manifest but its CRDs (the suite installed
-// them): the ServiceAccount, its RBAC and the admission policy, as a user's `kubectl apply` would.
-func applyDeployManifest(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			return
-		} else {
-			require.NoError(t, err)
-		}
-		if len(u.Object) == 0 || u.GetKind() == "CustomResourceDefinition" {
-			continue
-		}
-		if err := suite.Client.Create(t.Context(), u); !apierrors.IsAlreadyExists(err) {
-			require.NoError(t, err, "%s %s", u.GetKind(), u.GetName())
-		}
-	}
-}
+// The identity deploy/cluster-operator.yaml gives the operator.
+const (
+	operatorNamespace = "cluster-operator-system"
+	operatorUser      = "system:serviceaccount:" + operatorNamespace + ":cluster-operator-controller-manager"
+)
 
 // TestAdmissionPolicyConfinesTheOperator applies deploy/cluster-operator.yaml and writes, with
 // server-side dry-run, as the operator's ServiceAccount: what the operator writes for a StatefulCluster
@@ -61,15 +35,14 @@ func applyDeployManifest(t *testing.T, path string) {
 // are refused. The same writes by another user are allowed: the policy binds the operator only.
 func TestAdmissionPolicyConfinesTheOperator(t *testing.T) {
 	ctx := t.Context()
-	applyDeployManifest(t, filepath.Join("..", "..", "..", "deploy", "cluster-operator.yaml"))
+	suite.ApplyManifest(t, filepath.Join("..", "..", "..", "deploy", "cluster-operator.yaml"),
+		"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "policy-"}}
 	require.NoError(t, suite.Client.Create(ctx, nsObj))
 	ns := nsObj.Name
 
-	cfg := rest.CopyConfig(suite.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser}
-	op, err := client.New(cfg, client.Options{Scheme: suite.Scheme})
-	require.NoError(t, err)
+	op := suite.As(t, operatorUser, testsupport.ServiceAccountGroups(operatorNamespace)...)
 
 	owner := metav1.OwnerReference{APIVersion: clusterv1alpha1.GroupVersion.String(), Kind: "StatefulCluster",
 		Name: "db", UID: types.UID("8d4c0f6e-0000-4000-8000-000000000001"), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
@@ -201,9 +174,9 @@ func TestAdmissionPolicyConfinesTheOperator(t *testing.T) {
 
 	// The API server loads a new policy asynchronously: wait until it refuses the first case.
 	require.Eventually(t, func() bool {
-		return apierrors.IsInvalid(refused[0].write(op)) || apierrors.IsForbidden(refused[0].write(op))
-	},
-		wait, 100*time.Millisecond, "the policy never took effect")
+		err := refused[0].write(op)
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
+	}, testsupport.PolicyWait, 100*time.Millisecond, "the policy never took effect")
 
 	for _, c := range allowed {
 		require.NoError(t, c.write(op), "the operator's own write %q", c.name)
