@@ -190,6 +190,7 @@ func TestAdmissionPolicyConfinesTheOperator(t *testing.T) {
 			t.Errorf("as the operator, %q was allowed", c.name)
 			continue
 		}
+		t.Logf("refused %q: %v", c.name, err)
 		// RBAC allows every one of these writes: the refusal must come from the policy.
 		require.Truef(t, apierrors.IsInvalid(err) || apierrors.IsForbidden(err), "%q: %v", c.name, err)
 		require.Containsf(t, err.Error(), "ValidatingAdmissionPolicy", "%q was refused by something else: %v", c.name, err)
