@@ -5,6 +5,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,11 +44,6 @@ const (
 	reclaimAnnotation       = "fissile.cloudfoundry.org/original-reclaim-policy"
 	handoverClaimAnnotation = "fissile.cloudfoundry.org/handover-claim"
 )
-
-type write struct {
-	name  string
-	write func(c client.Client) error
-}
 
 // TestAdmissionPolicyConfinesTheOperator applies deploy/extended-operator.yaml and writes, with
 // server-side dry-run, as the operator's ServiceAccount: what the operator writes for an
@@ -184,84 +179,63 @@ func TestAdmissionPolicyConfinesTheOperator(t *testing.T) {
 		})
 	}
 
-	allowed := []write{
-		{"create a version's StatefulSet", create(statefulSet(ns, "web-v2", label, false, owner))},
-		{"patch its StatefulSet", patch(versionSet, func(o client.Object) { o.(*appsv1.StatefulSet).Spec.Replicas = ptr.To[int32](2) })},
-		{"delete its StatefulSet", del(versionSet)},
-		{"create an upgrade Job", create(job(ns, "web-pre-2", label, false, owner))},
-		{"delete an upgrade Job", del(upgradeJob)},
-		{"create a handover claim", create(claim(ns, "data-web-v2-0", label))},
-		{"delete a version's claim", del(versionClaim)},
-		{"restart a version's pod", del(versionPod)},
-		{"hold a volume", patch(bound, hold("Delete"))},
-		{"point a held volume at the new claim", patch(held, pointAt(ns))},
-		{"give a held volume its reclaim policy back", patch(held, pv(func(v *corev1.PersistentVolume) {
+	allowed := []testsupport.PolicyWrite{
+		{Name: "create a version's StatefulSet", Write: create(statefulSet(ns, "web-v2", label, false, owner))},
+		{Name: "patch its StatefulSet", Write: patch(versionSet, func(o client.Object) { o.(*appsv1.StatefulSet).Spec.Replicas = ptr.To[int32](2) })},
+		{Name: "delete its StatefulSet", Write: del(versionSet)},
+		{Name: "create an upgrade Job", Write: create(job(ns, "web-pre-2", label, false, owner))},
+		{Name: "delete an upgrade Job", Write: del(upgradeJob)},
+		{Name: "create a handover claim", Write: create(claim(ns, "data-web-v2-0", label))},
+		{Name: "delete a version's claim", Write: del(versionClaim)},
+		{Name: "restart a version's pod", Write: del(versionPod)},
+		{Name: "hold a volume", Write: patch(bound, hold("Delete"))},
+		{Name: "point a held volume at the new claim", Write: patch(held, pointAt(ns))},
+		{Name: "give a held volume its reclaim policy back", Write: patch(held, pv(func(v *corev1.PersistentVolume) {
 			v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete
 			v.Labels, v.Annotations = nil, nil
 		}))},
 	}
-	refused := []write{
-		{"privileged StatefulSet in kube-system", create(statefulSet("kube-system", "web-v1", label, true, owner))},
-		{"Job in kube-node-lease", create(job("kube-node-lease", "web-pre-1", label, false, owner))},
-		{"claim in kube-public", create(claim("kube-public", "data-web-v1-0", label))},
-		{"privileged StatefulSet without an owner", create(statefulSet(ns, "web-v3", label, true))},
-		{"StatefulSet owned by a Deployment", create(statefulSet(ns, "web-v4", label, false, foreign))},
-		{"StatefulSet without its label", create(statefulSet(ns, "web-v5", map[string]string{"app": "web"}, false, owner))},
-		{"privileged Job without an owner", create(job(ns, "web-pre-3", label, true))},
-		{"take over another StatefulSet", patch(otherSet, func(o client.Object) {
+	refused := []testsupport.PolicyWrite{
+		{Name: "privileged StatefulSet in kube-system", Write: create(statefulSet("kube-system", "web-v1", label, true, owner))},
+		{Name: "Job in kube-node-lease", Write: create(job("kube-node-lease", "web-pre-1", label, false, owner))},
+		{Name: "claim in kube-public", Write: create(claim("kube-public", "data-web-v1-0", label))},
+		{Name: "privileged StatefulSet without an owner", Write: create(statefulSet(ns, "web-v3", label, true))},
+		{Name: "StatefulSet owned by a Deployment", Write: create(statefulSet(ns, "web-v4", label, false, foreign))},
+		{Name: "StatefulSet without its label", Write: create(statefulSet(ns, "web-v5", map[string]string{"app": "web"}, false, owner))},
+		{Name: "privileged Job without an owner", Write: create(job(ns, "web-pre-3", label, true))},
+		{Name: "take over another StatefulSet", Write: patch(otherSet, func(o client.Object) {
 			o.SetOwnerReferences([]metav1.OwnerReference{owner})
 			o.SetLabels(label)
 		})},
-		{"delete another StatefulSet", del(otherSet)},
-		{"delete another Job", del(otherJob)},
-		{"claim without its label", create(claim(ns, "data-web-v6-0", map[string]string{"app": "web"}))},
-		{"delete another claim", del(otherClaim)},
-		{"delete another pod", del(otherPod)},
-		{"point an unheld volume at a claim", patch(retained, pointAt(ns))},
-		{"move a held volume to another namespace", patch(held, pointAt("attacker"))},
-		{"hold a volume without a claim, then send it to another namespace", patch(free, func(o client.Object) {
+		{Name: "delete another StatefulSet", Write: del(otherSet)},
+		{Name: "delete another Job", Write: del(otherJob)},
+		{Name: "claim without its label", Write: create(claim(ns, "data-web-v6-0", map[string]string{"app": "web"}))},
+		{Name: "delete another claim", Write: del(otherClaim)},
+		{Name: "delete another pod", Write: del(otherPod)},
+		{Name: "point an unheld volume at a claim", Write: patch(retained, pointAt(ns))},
+		{Name: "move a held volume to another namespace", Write: patch(held, pointAt("attacker"))},
+		{Name: "hold a volume without a claim, then send it to another namespace", Write: patch(free, func(o client.Object) {
 			hold("Retain")(o)
 			pointAt("attacker")(o)
 		})},
-		{"set another volume's reclaim policy to Delete", patch(retained, pv(func(v *corev1.PersistentVolume) {
+		{Name: "set another volume's reclaim policy to Delete", Write: patch(retained, pv(func(v *corev1.PersistentVolume) {
 			v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimDelete
 		}))},
-		{"hold a volume recording a false original policy", patch(retained, hold("Delete"))},
-		{"grow a volume", patch(bound, pv(func(v *corev1.PersistentVolume) {
+		{Name: "hold a volume recording a false original policy", Write: patch(retained, hold("Delete"))},
+		{Name: "grow a volume", Write: patch(bound, pv(func(v *corev1.PersistentVolume) {
 			v.Spec.Capacity[corev1.ResourceStorage] = resource.MustParse("100Gi")
 		}))},
-		{"label a volume", patch(bound, pv(func(v *corev1.PersistentVolume) { v.Labels = map[string]string{"tier": "gold"} }))},
-		{"give a held volume a policy it did not have", patch(held, pv(func(v *corev1.PersistentVolume) {
+		{Name: "label a volume", Write: patch(bound, pv(func(v *corev1.PersistentVolume) { v.Labels = map[string]string{"tier": "gold"} }))},
+		{Name: "give a held volume a policy it did not have", Write: patch(held, pv(func(v *corev1.PersistentVolume) {
 			v.Spec.PersistentVolumeReclaimPolicy = corev1.PersistentVolumeReclaimRecycle
 		}))},
 	}
 
 	// The API server loads a new policy asynchronously: wait until it refuses the first case.
 	require.Eventually(t, func() bool {
-		err := refused[0].write(op)
-		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
+		err := refused[0].Write(op)
+		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy")
 	}, testsupport.PolicyWait, 100*time.Millisecond, "the policy never took effect")
-
-	for _, c := range allowed {
-		require.NoError(t, c.write(op), "the operator's own write %q", c.name)
-	}
-	attempts, let := 0, 0
-	for _, c := range refused {
-		attempts++
-		err := c.write(op)
-		if err == nil {
-			let++
-			t.Errorf("as the operator, %q was allowed", c.name)
-			continue
-		}
-		t.Logf("refused %q: %v", c.name, err)
-		// RBAC allows every one of these writes: the refusal must come from the policy.
-		require.Containsf(t, err.Error(), "ValidatingAdmissionPolicy", "%q was refused by something else: %v", c.name, err)
-		// Another user (here the test's admin) is not bound by the policy.
-		if oerr := c.write(suite.Client); oerr != nil {
-			require.NotContainsf(t, oerr.Error(), "ValidatingAdmissionPolicy", "the policy refused another user's %q", c.name)
-		}
-	}
-	t.Logf("escalation attempts as %s: %d, allowed: %d", operatorUser, attempts, let)
-	require.NoError(t, refused[0].write(suite.Client), "another user's privileged StatefulSet in kube-system")
+	testsupport.RequirePolicyWrites(t, operatorUser, op, suite.Client, allowed, refused)
+	require.NoError(t, refused[0].Write(suite.Client), "another user's privileged StatefulSet in kube-system")
 }

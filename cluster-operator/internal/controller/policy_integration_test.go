@@ -12,7 +12,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -114,17 +113,33 @@ func TestAdmissionPolicyConfinesTheOperator(t *testing.T) {
 	foreignRev := renamed(revision(ns, map[string]string{"app": "web"}, foreign), "web-7c9f8d6b5")
 	require.NoError(t, suite.Client.Create(ctx, foreignRev))
 
-	adopt := func(p *corev1.Pod) func(c client.Client) error {
+	// patchPod merge-patches a pod as mutate changes it, as the operator's adoption does.
+	patchPod := func(p *corev1.Pod, mutate func(*corev1.Pod)) func(c client.Client) error {
 		return func(c client.Client) error {
 			cur := &corev1.Pod{}
 			if err := suite.Client.Get(ctx, client.ObjectKeyFromObject(p), cur); err != nil {
 				return err
 			}
 			orig := cur.DeepCopy()
-			// An orphan gets the reference; another controller's pod would have to lose its own.
+			mutate(cur)
+			return c.Patch(ctx, cur, client.MergeFrom(orig), client.DryRunAll)
+		}
+	}
+	// An orphan gets the reference; another controller's pod would have to lose its own.
+	adopt := func(p *corev1.Pod) func(c client.Client) error {
+		return patchPod(p, func(cur *corev1.Pod) {
 			cur.OwnerReferences = []metav1.OwnerReference{owner}
 			cur.Labels[clusterv1alpha1.ClusterNameLabel] = "db"
-			return c.Patch(ctx, cur, client.MergeFrom(orig), client.DryRunAll)
+		})
+	}
+	renumber := func(rev *appsv1.ControllerRevision, n int64) func(c client.Client) error {
+		return func(c client.Client) error {
+			cur := &appsv1.ControllerRevision{}
+			if err := suite.Client.Get(ctx, client.ObjectKeyFromObject(rev), cur); err != nil {
+				return err
+			}
+			cur.Revision = n
+			return c.Update(ctx, cur, client.DryRunAll)
 		}
 	}
 	create := func(obj client.Object) func(c client.Client) error {
@@ -135,92 +150,44 @@ func TestAdmissionPolicyConfinesTheOperator(t *testing.T) {
 	del := func(obj client.Object) func(c client.Client) error {
 		return func(c client.Client) error { return c.Delete(ctx, obj, client.DryRunAll) }
 	}
-	allowed := []struct {
-		name  string
-		write func(c client.Client) error
-	}{
-		{"create its pod", create(pod(ns, "db-1", label, owner))},
-		{"create its claim (retained: no owner)", create(claim(ns, label))},
-		{"create its claim (whenDeleted Delete: owned)", create(claim(ns, label, nonController))},
-		{"create its ControllerRevision", create(renamed(revision(ns, label, owner), "db-6b7c8d9f5"))},
-		{"adopt an orphan pod", adopt(orphan)},
-		{"delete its pod", del(owned)},
-		{"renumber its ControllerRevision", func(c client.Client) error {
-			cur := &appsv1.ControllerRevision{}
-			if err := suite.Client.Get(ctx, client.ObjectKeyFromObject(ownedRev), cur); err != nil {
-				return err
-			}
-			cur.Revision = 2
-			return c.Update(ctx, cur, client.DryRunAll)
-		}},
-		{"delete its ControllerRevision", del(ownedRev)},
+	allowed := []testsupport.PolicyWrite{
+		{Name: "create its pod", Write: create(pod(ns, "db-1", label, owner))},
+		{Name: "create its claim (retained: no owner)", Write: create(claim(ns, label))},
+		{Name: "create its claim (whenDeleted Delete: owned)", Write: create(claim(ns, label, nonController))},
+		{Name: "create its ControllerRevision", Write: create(renamed(revision(ns, label, owner), "db-6b7c8d9f5"))},
+		{Name: "adopt an orphan pod", Write: adopt(orphan)},
+		{Name: "delete its pod", Write: del(owned)},
+		{Name: "renumber its ControllerRevision", Write: renumber(ownedRev, 2)},
+		{Name: "delete its ControllerRevision", Write: del(ownedRev)},
 	}
-	refused := []struct {
-		name  string
-		write func(c client.Client) error
-	}{
-		{"privileged pod in kube-system", create(privileged(pod("kube-system", "db-0", label, owner)))},
-		{"pod in kube-node-lease", create(pod("kube-node-lease", "db-0", label, owner))},
-		{"claim in kube-public", create(claim("kube-public", label))},
-		{"ControllerRevision in kube-system", create(revision("kube-system", label, owner))},
-		{"pod without an owner", create(pod(ns, "db-2", label))},
-		{"privileged pod owned by a ReplicaSet", create(privileged(pod(ns, "db-3", label, foreign)))},
-		{"pod owned (not controlled) by a StatefulCluster", create(pod(ns, "db-4", label, nonController))},
-		{"pod without its label", create(pod(ns, "db-5", map[string]string{"app": "db"}, owner))},
-		{"claim without its label", create(claim(ns, map[string]string{"app": "db"}))},
-		{"claim controlled by a ReplicaSet", create(claim(ns, label, foreign))},
-		{"ControllerRevision of a DaemonSet", create(revision(ns, label, metav1.OwnerReference{APIVersion: "apps/v1",
+	refused := []testsupport.PolicyWrite{
+		{Name: "privileged pod in kube-system", Write: create(privileged(pod("kube-system", "db-0", label, owner)))},
+		{Name: "pod in kube-node-lease", Write: create(pod("kube-node-lease", "db-0", label, owner))},
+		{Name: "claim in kube-public", Write: create(claim("kube-public", label))},
+		{Name: "ControllerRevision in kube-system", Write: create(revision("kube-system", label, owner))},
+		{Name: "pod without an owner", Write: create(pod(ns, "db-2", label))},
+		{Name: "privileged pod owned by a ReplicaSet", Write: create(privileged(pod(ns, "db-3", label, foreign)))},
+		{Name: "pod owned (not controlled) by a StatefulCluster", Write: create(pod(ns, "db-4", label, nonController))},
+		{Name: "pod without its label", Write: create(pod(ns, "db-5", map[string]string{"app": "db"}, owner))},
+		{Name: "claim without its label", Write: create(claim(ns, map[string]string{"app": "db"}))},
+		{Name: "claim controlled by a ReplicaSet", Write: create(claim(ns, label, foreign))},
+		{Name: "ControllerRevision of a DaemonSet", Write: create(revision(ns, label, metav1.OwnerReference{APIVersion: "apps/v1",
 			Kind: "DaemonSet", Name: "kube-proxy", UID: "8d4c0f6e-0000-4000-8000-000000000003", Controller: ptr.To(true)}))},
-		{"take over a ReplicaSet's pod", adopt(replicaPod)},
-		{"change an orphan pod's image", func(c client.Client) error {
-			cur := &corev1.Pod{}
-			if err := suite.Client.Get(ctx, client.ObjectKeyFromObject(orphan), cur); err != nil {
-				return err
-			}
-			orig := cur.DeepCopy()
-			cur.OwnerReferences = append(cur.OwnerReferences, owner)
+		{Name: "take over a ReplicaSet's pod", Write: adopt(replicaPod)},
+		{Name: "change an orphan pod's image", Write: patchPod(orphan, func(cur *corev1.Pod) {
+			cur.OwnerReferences = []metav1.OwnerReference{owner}
 			cur.Labels[clusterv1alpha1.ClusterNameLabel] = "db"
 			cur.Spec.Containers[0].Image = "attacker.example/miner:1"
-			return c.Patch(ctx, cur, client.MergeFrom(orig), client.DryRunAll)
-		}},
-		{"delete an orphan pod", del(orphan)},
-		{"delete a ReplicaSet's pod", del(replicaPod)},
-		{"delete another controller's ControllerRevision", del(foreignRev)},
-		{"renumber another controller's ControllerRevision", func(c client.Client) error {
-			cur := &appsv1.ControllerRevision{}
-			if err := suite.Client.Get(ctx, client.ObjectKeyFromObject(foreignRev), cur); err != nil {
-				return err
-			}
-			cur.Revision = 9
-			return c.Update(ctx, cur, client.DryRunAll)
-		}},
+		})},
+		{Name: "delete an orphan pod", Write: del(orphan)},
+		{Name: "delete a ReplicaSet's pod", Write: del(replicaPod)},
+		{Name: "delete another controller's ControllerRevision", Write: del(foreignRev)},
+		{Name: "renumber another controller's ControllerRevision", Write: renumber(foreignRev, 9)},
 	}
 
-	for _, c := range allowed {
-		require.NoError(t, c.write(op), "the operator's own write %q", c.name)
-	}
-	attempts, let := 0, 0
-	for _, c := range refused {
-		attempts++
-		err := c.write(op)
-		if err == nil {
-			let++
-			t.Errorf("as the operator, %q was allowed", c.name)
-			continue
-		}
-		t.Logf("refused %q: %v", c.name, err)
-		// RBAC allows every one of these writes: the refusal must come from the policy.
-		require.Truef(t, apierrors.IsInvalid(err) || apierrors.IsForbidden(err), "%q: %v", c.name, err)
-		require.Containsf(t, err.Error(), "ValidatingAdmissionPolicy", "%q was refused by something else: %v", c.name, err)
-		// Another user (here the test's admin) is not bound by the policy: the same write passes
-		// admission, or fails for a reason of its own (the objects it patches are the admin's too).
-		if oerr := c.write(suite.Client); oerr != nil {
-			require.NotContainsf(t, oerr.Error(), "ValidatingAdmissionPolicy", "the policy refused another user's %q", c.name)
-		}
-	}
-	t.Logf("escalation attempts as %s: %d, allowed: %d", operatorUser, attempts, let)
+	testsupport.RequirePolicyWrites(t, operatorUser, op, suite.Client, allowed, refused)
 	// The privileged pod in kube-system, the first refusal, passes for another user.
-	require.NoError(t, refused[0].write(suite.Client), "another user's privileged pod in kube-system")
+	require.NoError(t, refused[0].Write(suite.Client), "another user's privileged pod in kube-system")
 }
 
 // TestOperatorWorksUnderTheShippedPermissions runs the operator as its ServiceAccount, under the RBAC and
@@ -267,14 +234,7 @@ func TestOperatorWorksUnderTheShippedPermissions(t *testing.T) {
 	f.update("d", func(sc *clusterv1alpha1.StatefulCluster) {
 		sc.Spec.PersistentVolumeClaimRetentionPolicy.WhenDeleted = clusterv1alpha1.RetainClaimRetentionPolicy
 	})
-	require.Eventually(t, func() bool {
-		for _, c := range f.claims("d") {
-			if c.DeletionTimestamp.IsZero() && len(c.OwnerReferences) != 0 {
-				return false
-			}
-		}
-		return true
-	}, wait, tick, "claims released")
+	require.Eventually(t, func() bool { return f.claimsReleased("d") }, wait, tick, "claims released")
 	var events eventsv1.EventList
 	require.NoError(t, suite.Client.List(t.Context(), &events, client.InNamespace(f.ns)))
 	for _, e := range events.Items {
