@@ -9,10 +9,14 @@ import (
 	"github.com/statefulops/statefulops/shared/manager"
 )
 
-// The operator reads and writes its own kind and records Events about it.
-// +kubebuilder:rbac:groups=enge.me,resources=statefulclusters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=enge.me,resources=statefulclusters/status,verbs=get;update;patch
+// The operator reads its own kind; it never writes the main resource (it keeps no finalizer).
+// +kubebuilder:rbac:groups=enge.me,resources=statefulclusters,verbs=get;list;watch
+// It writes the status with merge patches only (controllerutil.PatchStatus).
+// +kubebuilder:rbac:groups=enge.me,resources=statefulclusters/status,verbs=get;patch
+// Setting blockOwnerDeletion in the owner reference of its pods needs update on the owner's finalizers
+// where the OwnerReferencesPermissionEnforcement admission plugin is on.
 // +kubebuilder:rbac:groups=enge.me,resources=statefulclusters/finalizers,verbs=update
+// Its Events on its StatefulClusters.
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {

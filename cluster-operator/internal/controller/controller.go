@@ -30,9 +30,15 @@ import (
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
+// A StatefulCluster's members: created, adopted (one metadata patch) and retired in any namespace, narrowed
+// to those of a StatefulCluster outside the system namespaces by config/policy (admission).
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+// Each identity's claims: created from volumeClaimTemplates, labelled retired or (un)owned, deleted by the
+// retention policy; the same admission policy applies.
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;delete;patch
+// Node readiness (a member on a dead node is replaced) and zone labels (zoneSpread): read only.
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// The template history, as a StatefulSet's (update renumbers a revision the template went back to).
 // +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get;list;watch;create;update;delete
 // The PersistentVolume controller says why a claim does not bind only in Events (stuck.go).
 // +kubebuilder:rbac:groups="",resources=events,verbs=list

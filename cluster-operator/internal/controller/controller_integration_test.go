@@ -296,14 +296,7 @@ func TestRetentionPolicies(t *testing.T) {
 		f.update("d", func(sc *clusterv1alpha1.StatefulCluster) {
 			sc.Spec.PersistentVolumeClaimRetentionPolicy.WhenDeleted = clusterv1alpha1.RetainClaimRetentionPolicy
 		})
-		require.Eventually(t, func() bool {
-			for _, c := range f.claims("d") {
-				if c.DeletionTimestamp.IsZero() && len(c.OwnerReferences) != 0 {
-					return false
-				}
-			}
-			return true
-		}, wait, tick, "claims released")
+		require.Eventually(t, func() bool { return f.claimsReleased("d") }, wait, tick, "claims released")
 	})
 }
 

@@ -426,6 +426,16 @@ func (f *fixture) claims(sc string) map[string]*corev1.PersistentVolumeClaim {
 	return out
 }
 
+// claimsReleased reports whether no live claim of the StatefulCluster has an owner (whenDeleted Retain).
+func (f *fixture) claimsReleased(sc string) bool {
+	for _, c := range f.claims(sc) {
+		if c.DeletionTimestamp.IsZero() && len(c.OwnerReferences) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func ledgerReasons(sc *clusterv1alpha1.StatefulCluster) map[string]clusterv1alpha1.RetirementReason {
 	out := map[string]clusterv1alpha1.RetirementReason{}
 	for _, rec := range sc.Status.Identities {
