@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -382,37 +383,24 @@ func loadManifest(root, op string) (manifest, error) {
 	if err != nil {
 		return m, err
 	}
+	lists := map[string]any{
+		"ServiceAccount": &m.serviceAccounts, "Role": &m.roles, "ClusterRole": &m.clusterRoles,
+		"RoleBinding": &m.roleBindings, "ClusterRoleBinding": &m.clusterRoleBindings,
+		"ValidatingAdmissionPolicy": &m.policies, "ValidatingAdmissionPolicyBinding": &m.policyBindings,
+	}
 	for _, doc := range strings.Split(string(b), "\n---\n") {
 		var meta struct{ Kind string }
 		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
 			return m, fmt.Errorf("deploy/%s.yaml: %w", op, err)
 		}
-		var dst any
-		switch meta.Kind {
-		case "ServiceAccount":
-			m.serviceAccounts = append(m.serviceAccounts, corev1.ServiceAccount{})
-			dst = &m.serviceAccounts[len(m.serviceAccounts)-1]
-		case "Role":
-			m.roles = append(m.roles, rbacv1.Role{})
-			dst = &m.roles[len(m.roles)-1]
-		case "ClusterRole":
-			m.clusterRoles = append(m.clusterRoles, rbacv1.ClusterRole{})
-			dst = &m.clusterRoles[len(m.clusterRoles)-1]
-		case "RoleBinding":
-			m.roleBindings = append(m.roleBindings, rbacv1.RoleBinding{})
-			dst = &m.roleBindings[len(m.roleBindings)-1]
-		case "ClusterRoleBinding":
-			m.clusterRoleBindings = append(m.clusterRoleBindings, rbacv1.ClusterRoleBinding{})
-			dst = &m.clusterRoleBindings[len(m.clusterRoleBindings)-1]
-		case "ValidatingAdmissionPolicy":
-			m.policies = append(m.policies, admissionv1.ValidatingAdmissionPolicy{})
-			dst = &m.policies[len(m.policies)-1]
-		case "ValidatingAdmissionPolicyBinding":
-			m.policyBindings = append(m.policyBindings, admissionv1.ValidatingAdmissionPolicyBinding{})
-			dst = &m.policyBindings[len(m.policyBindings)-1]
-		default:
+		list, ok := lists[meta.Kind]
+		if !ok {
 			continue
 		}
+		// Append a zero element to the kind's list and decode into it.
+		l := reflect.ValueOf(list).Elem()
+		l.Set(reflect.Append(l, reflect.Zero(l.Type().Elem())))
+		dst := l.Index(l.Len() - 1).Addr().Interface()
 		if err := yaml.Unmarshal([]byte(doc), dst); err != nil {
 			return m, fmt.Errorf("deploy/%s.yaml %s: %w", op, meta.Kind, err)
 		}

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -47,7 +48,6 @@ type escalationIdentity struct {
 var (
 	dryCreate = metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	dryUpdate = metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
-	dryPatch  = metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
 	dryDelete = metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
 )
 
@@ -161,14 +161,14 @@ spec:
 		if id.name == "lease-operator" {
 			// Its pod patches are limited to its role labels and annotations.
 			id.attempts = append(id.attempts, patchTry("change a pod label that is not its role's (app)", "retarget the Services that select on it",
-				pods(ns), pod.Name, `{"metadata":{"labels":{"app":"hijacked"}}}`))
+				collection("/api/v1/namespaces/"+ns+"/pods"), pod.Name, `{"metadata":{"labels":{"app":"hijacked"}}}`))
 		}
 	}
 	// The identities' own writes (dry-run): each must stay allowed.
 	legit := map[string][]try{
 		"singleton-operator": {
 			patchTry("label a namespace with its own label "+singletonv1.LabelNamespaceEnabled, "scopes the pod webhook to namespaces with singletons",
-				namespaces(), ns, fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, singletonv1.LabelNamespaceEnabled)),
+				collection("/api/v1/namespaces"), ns, fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, singletonv1.LabelNamespaceEnabled)),
 			eventTry(ns),
 			leaderLeaseTry("singleton-operator-system"),
 		},
@@ -179,10 +179,7 @@ spec:
 				_, err := c.CoreV1().Pods(ns).Create(ctx, p, dryCreate)
 				return err
 			}),
-			attempt("create a claim owned by a StatefulCluster", "it creates its pods' claims", func(ctx context.Context, c kubernetes.Interface) error {
-				_, err := c.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim("owned", owner("enge.me/v1alpha1", "StatefulCluster")), dryCreate)
-				return err
-			}),
+			createTry("create a claim owned by a StatefulCluster", "it creates its pods' claims", "/api/v1/namespaces/"+ns+"/persistentvolumeclaims", claim("owned", owner("enge.me/v1alpha1", "StatefulCluster"))),
 			eventTry(ns),
 		},
 		"lease-operator": {
@@ -193,7 +190,7 @@ spec:
 				return err
 			}),
 			patchTry("label a pod with its role label "+leasev1.RoleLabel, "the writer/reader role Services select on",
-				pods(ns), pod.Name, fmt.Sprintf(`{"metadata":{"labels":{%q:%q,%q:"lock"}}}`, leasev1.RoleLabel, leasev1.RoleReader, leasev1.LockLabel)),
+				collection("/api/v1/namespaces/"+ns+"/pods"), pod.Name, fmt.Sprintf(`{"metadata":{"labels":{%q:%q,%q:"lock"}}}`, leasev1.RoleLabel, leasev1.RoleReader, leasev1.LockLabel)),
 			leaderLeaseTry("lease-operator-system"),
 		},
 		"rollout-operator": {
@@ -206,19 +203,13 @@ spec:
 			leaderLeaseTry("rollout-operator-system"),
 		},
 		"extended-operator": {
-			attempt("create a StatefulSet owned by an ExtendedStatefulSet", "each version is a StatefulSet it owns", func(ctx context.Context, c kubernetes.Interface) error {
-				_, err := c.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("owned", owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet")), dryCreate)
-				return err
-			}),
-			attempt("create a Job owned by an ExtendedStatefulSet", "its upgrade Jobs", func(ctx context.Context, c kubernetes.Interface) error {
-				_, err := c.BatchV1().Jobs(ns).Create(ctx, job("owned", owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet")), dryCreate)
-				return err
-			}),
+			createTry("create a StatefulSet owned by an ExtendedStatefulSet", "each version is a StatefulSet it owns", "/apis/apps/v1/namespaces/"+ns+"/statefulsets", statefulSet("owned", owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet"))),
+			createTry("create a Job owned by an ExtendedStatefulSet", "its upgrade Jobs", "/apis/batch/v1/namespaces/"+ns+"/jobs", job("owned", owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet"))),
 			leaderLeaseTry("extended-operator-system"),
 		},
 		"webhook-server": {
 			patchTry("patch its own MutatingWebhookConfiguration", "its certificate rotator writes the caBundle",
-				mutatingWebhooks(), "singleton-operator-mutating-webhook-configuration", probeLabel),
+				collection("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"), "singleton-operator-mutating-webhook-configuration", probeLabel),
 			attempt("read its own serving certificate Secret", "it serves TLS with it", func(ctx context.Context, c kubernetes.Interface) error {
 				_, err := c.CoreV1().Secrets("singleton-operator-system").Get(ctx, "singleton-operator-webhook-server-cert", metav1.GetOptions{})
 				return err
@@ -314,39 +305,25 @@ func commonAttempts(ns, probe, podName string, id *escalationIdentity) []try {
 	// The RoleBinding rows use the rollout-operator's own binding name and role, so only the subject,
 	// the role or the namespace is wrong in each: the guard under test is the only one that can refuse.
 	return []try{
-		attempt("create a RoleBinding of rollout-operator-secret-reader to another subject", "another account would read the namespace's Secrets",
-			func(ctx context.Context, c kubernetes.Interface) error {
-				_, err := c.RbacV1().RoleBindings(ns).Create(ctx, roleBinding("rollout-operator-secret-reader", "ClusterRole", "rollout-operator-secret-reader", ns, "default"), dryCreate)
-				return err
-			}),
-		attempt("create a RoleBinding of another role (edit) to itself", "rights beyond its own", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.RbacV1().RoleBindings(ns).Create(ctx, roleBinding("rollout-operator-secret-reader", "ClusterRole", "edit", id.namespace, id.serviceAccount), dryCreate)
-			return err
-		}),
-		attempt("create a RoleBinding of rollout-operator-secret-reader to itself in kube-system", "Secret read in kube-system (the control plane's credentials)",
-			func(ctx context.Context, c kubernetes.Interface) error {
-				_, err := c.RbacV1().RoleBindings("kube-system").Create(ctx, roleBinding("rollout-operator-secret-reader", "ClusterRole", "rollout-operator-secret-reader", id.namespace, id.serviceAccount), dryCreate)
-				return err
-			}),
-		attempt("create a RoleBinding of cluster-admin to itself", "full control of the namespace", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.RbacV1().RoleBindings(ns).Create(ctx, roleBinding(probe, "ClusterRole", "cluster-admin", id.namespace, id.serviceAccount), dryCreate)
-			return err
-		}),
+		createTry("create a RoleBinding of rollout-operator-secret-reader to another subject", "another account would read the namespace's Secrets", "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", roleBinding("rollout-operator-secret-reader", "ClusterRole", "rollout-operator-secret-reader", ns, "default")),
+		createTry("create a RoleBinding of another role (edit) to itself", "rights beyond its own", "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", roleBinding("rollout-operator-secret-reader", "ClusterRole", "edit", id.namespace, id.serviceAccount)),
+		createTry("create a RoleBinding of rollout-operator-secret-reader to itself in kube-system", "Secret read in kube-system (the control plane's credentials)", "/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings", roleBinding("rollout-operator-secret-reader", "ClusterRole", "rollout-operator-secret-reader", id.namespace, id.serviceAccount)),
+		createTry("create a RoleBinding of cluster-admin to itself", "full control of the namespace", "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", roleBinding(probe, "ClusterRole", "cluster-admin", id.namespace, id.serviceAccount)),
 		attempt("create a ClusterRoleBinding of cluster-admin to itself", "full control of the cluster", func(ctx context.Context, c kubernetes.Interface) error {
 			rb := roleBinding(probe, "ClusterRole", "cluster-admin", id.namespace, id.serviceAccount)
 			_, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: rb.ObjectMeta, RoleRef: rb.RoleRef, Subjects: rb.Subjects}, dryCreate)
 			return err
 		}),
-		patchTry("add a subject to the cluster-admin ClusterRoleBinding", "full control of the cluster", clusterRoleBindings(), "cluster-admin",
+		patchTry("add a subject to the cluster-admin ClusterRoleBinding", "full control of the cluster", collection("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"), "cluster-admin",
 			fmt.Sprintf(`{"subjects":[{"kind":"ServiceAccount","namespace":%q,"name":%q}]}`, id.namespace, id.serviceAccount)),
 		attempt("create a ClusterRole", "a role with any rules, to bind next", func(ctx context.Context, c kubernetes.Interface) error {
 			_, err := c.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: probe},
 				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}}, dryCreate)
 			return err
 		}),
-		patchTry("add a rule to the view ClusterRole", "widen a role many accounts hold", clusterRoles(), "view",
+		patchTry("add a rule to the view ClusterRole", "widen a role many accounts hold", collection("/apis/rbac.authorization.k8s.io/v1/clusterroles"), "view",
 			`{"rules":[{"apiGroups":[""],"resources":["secrets"],"verbs":["get","list"]}]}`),
-		patchTry("add a rule to its own ClusterRole", "grant itself more", clusterRoles(), ownClusterRole(id.serviceAccount),
+		patchTry("add a rule to its own ClusterRole", "grant itself more", collection("/apis/rbac.authorization.k8s.io/v1/clusterroles"), ownClusterRole(id.serviceAccount),
 			`{"rules":[{"apiGroups":["*"],"resources":["*"],"verbs":["*"]}]}`),
 		attempt("get a Secret in kube-system", "the control plane's credentials", func(ctx context.Context, c kubernetes.Interface) error {
 			_, err := c.CoreV1().Secrets("kube-system").Get(ctx, probe, metav1.GetOptions{})
@@ -360,34 +337,25 @@ func commonAttempts(ns, probe, podName string, id *escalationIdentity) []try {
 			_, err := c.CoreV1().Secrets("").List(ctx, metav1.ListOptions{Limit: 1})
 			return err
 		}),
-		attempt("create a Secret in kube-system", "plant credentials for the control plane", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Secrets("kube-system").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: probe + "-new"}}, dryCreate)
-			return err
-		}),
+		createTry("create a Secret in kube-system", "plant credentials for the control plane", "/api/v1/namespaces/kube-system/secrets", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: probe + "-new"}}),
 		leaseUpdateTry("kube-system", probe, "take over kube-controller-manager's or kube-scheduler's leader election"),
 		leaseDeleteTry("kube-system", probe, "break a control-plane component's leader election"),
 		leaseUpdateTry("kube-node-lease", probe, "fake a node's heartbeat"),
 		leaseDeleteTry("kube-node-lease", probe, "mark a node as gone"),
-		attempt("create an unlabelled Lease", "another component's lock, not one of its StatefulSetLocks", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: probe}}, dryCreate)
-			return err
-		}),
-		patchTry("patch another MutatingWebhookConfiguration", "rewrite another admission webhook", mutatingWebhooks(), probe, probeLabel),
-		patchTry("patch a ValidatingWebhookConfiguration", "switch off another admission check", validatingWebhooks(), probe, probeLabel),
-		patchTry("patch a ValidatingAdmissionPolicy", "lift a policy", policies(), probe, probeLabel),
-		patchTry("patch a ValidatingAdmissionPolicyBinding", "lift a policy's binding", policyBindings(), probe, probeLabel),
+		createTry("create an unlabelled Lease", "another component's lock, not one of its StatefulSetLocks", "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases", &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: probe}}),
+		patchTry("patch another MutatingWebhookConfiguration", "rewrite another admission webhook", collection("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"), probe, probeLabel),
+		patchTry("patch a ValidatingWebhookConfiguration", "switch off another admission check", collection("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"), probe, probeLabel),
+		patchTry("patch a ValidatingAdmissionPolicy", "lift a policy", collection("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"), probe, probeLabel),
+		patchTry("patch a ValidatingAdmissionPolicyBinding", "lift a policy's binding", collection("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"), probe, probeLabel),
 		attempt("delete a ValidatingAdmissionPolicy", "lift a policy (its own guards included)", func(ctx context.Context, c kubernetes.Interface) error {
 			return c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, probe, dryDelete)
 		}),
 		patchTry("set a namespace's pod-security.kubernetes.io/enforce label to privileged", "lift Pod Security for privileged pods",
-			namespaces(), ns, `{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`),
+			collection("/api/v1/namespaces"), ns, `{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`),
 		accessTry("create pods/exec", "run commands in any pod", ns, "create", "", "pods", "exec", podName),
 		accessTry("create pods/attach", "attach to any pod", ns, "create", "", "pods", "attach", podName),
 		accessTry("create pods/portforward", "reach any pod's ports", ns, "create", "", "pods", "portforward", podName),
-		attempt("create a pod in kube-system", "run with the control plane's ServiceAccounts", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Pods("kube-system").Create(ctx, framework.TestPod(probe), dryCreate)
-			return err
-		}),
+		createTry("create a pod in kube-system", "run with the control plane's ServiceAccounts", "/api/v1/namespaces/kube-system/pods", framework.TestPod(probe)),
 		attempt("create a privileged pod without an owner", "host access", func(ctx context.Context, c kubernetes.Interface) error {
 			p := framework.TestPod("privileged")
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
@@ -395,30 +363,12 @@ func commonAttempts(ns, probe, podName string, id *escalationIdentity) []try {
 			_, err := c.CoreV1().Pods(ns).Create(ctx, p, dryCreate)
 			return err
 		}),
-		attempt("create a pod without an owner of its kind", "a pod of its choosing, not one of its resources'", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().Pods(ns).Create(ctx, framework.TestPod("unowned"), dryCreate)
-			return err
-		}),
-		attempt("create a PersistentVolumeClaim in kube-system", "claim storage in the control plane's namespace", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.CoreV1().PersistentVolumeClaims("kube-system").Create(ctx, claim(probe, nil), dryCreate)
-			return err
-		}),
-		attempt("create a StatefulSet in kube-system", "pods in the control plane's namespace", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.AppsV1().StatefulSets("kube-system").Create(ctx, statefulSet(probe, owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet")), dryCreate)
-			return err
-		}),
-		attempt("create a StatefulSet without an owner of its kind", "pods of its choosing", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.AppsV1().StatefulSets(ns).Create(ctx, statefulSet("unowned", nil), dryCreate)
-			return err
-		}),
-		attempt("create a Job in kube-system", "pods in the control plane's namespace", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.BatchV1().Jobs("kube-system").Create(ctx, job(probe, owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet")), dryCreate)
-			return err
-		}),
-		attempt("create a Job without an owner of its kind", "pods of its choosing", func(ctx context.Context, c kubernetes.Interface) error {
-			_, err := c.BatchV1().Jobs(ns).Create(ctx, job("unowned", nil), dryCreate)
-			return err
-		}),
+		createTry("create a pod without an owner of its kind", "a pod of its choosing, not one of its resources'", "/api/v1/namespaces/"+ns+"/pods", framework.TestPod("unowned")),
+		createTry("create a PersistentVolumeClaim in kube-system", "claim storage in the control plane's namespace", "/api/v1/namespaces/kube-system/persistentvolumeclaims", claim(probe, nil)),
+		createTry("create a StatefulSet in kube-system", "pods in the control plane's namespace", "/apis/apps/v1/namespaces/kube-system/statefulsets", statefulSet(probe, owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet"))),
+		createTry("create a StatefulSet without an owner of its kind", "pods of its choosing", "/apis/apps/v1/namespaces/"+ns+"/statefulsets", statefulSet("unowned", nil)),
+		createTry("create a Job in kube-system", "pods in the control plane's namespace", "/apis/batch/v1/namespaces/kube-system/jobs", job(probe, owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet"))),
+		createTry("create a Job without an owner of its kind", "pods of its choosing", "/apis/batch/v1/namespaces/"+ns+"/jobs", job("unowned", nil)),
 		accessTry("escalate ClusterRoles", "write roles with rules it does not hold", "", "escalate", rbacv1.GroupName, "clusterroles", "", ""),
 		accessTry("bind cluster-admin", "bind a role it does not hold", "", "bind", rbacv1.GroupName, "clusterroles", "", "cluster-admin"),
 		accessTry("impersonate users", "act as anyone", "", "impersonate", "", "users", "", "admin"),
@@ -439,6 +389,13 @@ func ownClusterRole(serviceAccount string) string {
 	return serviceAccount + "-role"
 }
 
+// createTry creates obj (dry-run) in the collection at path ("/api/v1/namespaces/kube-system/pods").
+func createTry(what, why, path string, obj runtime.Object) try {
+	return try{what: what, why: why, do: func(ctx context.Context, c kubernetes.Interface) error {
+		return c.CoreV1().RESTClient().Post().AbsPath(path).Param("dryRun", metav1.DryRunAll).Body(obj).Do(ctx).Error()
+	}}
+}
+
 func attempt(what, why string, do func(context.Context, kubernetes.Interface) error) try {
 	return try{what: what, why: why, do: do}
 }
@@ -452,59 +409,12 @@ func patchTry(what, why string, p patcher, name, patch string) try {
 	}}
 }
 
-func namespaces() patcher {
+// collection is a patcher of the objects of one resource, by its API path ("/api/v1/namespaces",
+// "/apis/rbac.authorization.k8s.io/v1/clusterroles"): one generic request serves every kind tried.
+func collection(path string) patcher {
 	return func(ctx context.Context, c kubernetes.Interface, name string, patch []byte) error {
-		_, err := c.CoreV1().Namespaces().Patch(ctx, name, types.MergePatchType, patch, dryPatch)
-		return err
-	}
-}
-
-func pods(ns string) patcher {
-	return func(ctx context.Context, c kubernetes.Interface, name string, patch []byte) error {
-		_, err := c.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, dryPatch)
-		return err
-	}
-}
-
-func clusterRoles() patcher {
-	return func(ctx context.Context, c kubernetes.Interface, name string, patch []byte) error {
-		_, err := c.RbacV1().ClusterRoles().Patch(ctx, name, types.MergePatchType, patch, dryPatch)
-		return err
-	}
-}
-
-func clusterRoleBindings() patcher {
-	return func(ctx context.Context, c kubernetes.Interface, name string, patch []byte) error {
-		_, err := c.RbacV1().ClusterRoleBindings().Patch(ctx, name, types.MergePatchType, patch, dryPatch)
-		return err
-	}
-}
-
-func mutatingWebhooks() patcher {
-	return func(ctx context.Context, c kubernetes.Interface, name string, patch []byte) error {
-		_, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, name, types.MergePatchType, patch, dryPatch)
-		return err
-	}
-}
-
-func validatingWebhooks() patcher {
-	return func(ctx context.Context, c kubernetes.Interface, name string, patch []byte) error {
-		_, err := c.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, name, types.MergePatchType, patch, dryPatch)
-		return err
-	}
-}
-
-func policies() patcher {
-	return func(ctx context.Context, c kubernetes.Interface, name string, patch []byte) error {
-		_, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Patch(ctx, name, types.MergePatchType, patch, dryPatch)
-		return err
-	}
-}
-
-func policyBindings() patcher {
-	return func(ctx context.Context, c kubernetes.Interface, name string, patch []byte) error {
-		_, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Patch(ctx, name, types.MergePatchType, patch, dryPatch)
-		return err
+		return c.CoreV1().RESTClient().Patch(types.MergePatchType).AbsPath(path, name).
+			Param("dryRun", metav1.DryRunAll).Body(patch).Do(ctx).Error()
 	}
 }
 
@@ -598,10 +508,7 @@ func eventTry(ns string) try {
 }
 
 func leaderLeaseTry(ns string) try {
-	return attempt("create its leader-election Lease in its own namespace", "leader election", func(ctx context.Context, c kubernetes.Interface) error {
-		_, err := c.CoordinationV1().Leases(ns).Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "escalation-probe-leader"}}, dryCreate)
-		return err
-	})
+	return createTry("create its leader-election Lease in its own namespace", "leader election", "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases", &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "escalation-probe-leader"}})
 }
 
 func owner(apiVersion, kind string) []metav1.OwnerReference {
