@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // ServiceAccountUser is the username the API server gives ServiceAccount namespace/name.
@@ -54,4 +55,12 @@ func CanIList(ctx context.Context, user string, namespaces ...string) string {
 		out.WriteString(s)
 	}
 	return out.String()
+}
+
+// CreateForTest creates obj as admin and deletes it when the test ends: the cluster-scoped and
+// kube-system objects a test aims at, which no test namespace's deletion would remove.
+func CreateForTest(t *testing.T, obj client.Object) {
+	t.Helper()
+	require.NoError(t, Client.Create(t.Context(), obj), "create %T %s", obj, obj.GetName())
+	t.Cleanup(func() { _ = Client.Delete(context.Background(), obj) })
 }

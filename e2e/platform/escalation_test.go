@@ -73,34 +73,15 @@ func TestOperatorIdentitiesCannotEscalate(t *testing.T) {
 
 	// The objects the attempts aim at, created as admin (and deleted at the end): their kinds exist in
 	// every cluster, and the attempts must reach authorization and admission, not fail on NotFound.
-	secret, err := admin.CoreV1().Secrets("kube-system").Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: probe}, StringData: map[string]string{"k": "v"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = admin.CoreV1().Secrets("kube-system").Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
-	})
+	framework.CreateForTest(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: probe, Namespace: "kube-system"}, StringData: map[string]string{"k": "v"}})
 	for _, leaseNS := range []string{"kube-system", "kube-node-lease"} {
-		_, err := admin.CoordinationV1().Leases(leaseNS).Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: probe}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("kube-controller-manager")}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			_ = admin.CoordinationV1().Leases(leaseNS).Delete(context.Background(), probe, metav1.DeleteOptions{})
-		})
+		framework.CreateForTest(t, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: probe, Namespace: leaseNS},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("kube-controller-manager")}})
 	}
-	_, err = admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: probe}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), probe, metav1.DeleteOptions{})
-	})
-	_, err = admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: probe}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), probe, metav1.DeleteOptions{})
-	})
+	framework.CreateForTest(t, &admissionv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: probe}})
+	framework.CreateForTest(t, &admissionv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: probe}})
 	// A policy and binding that match nothing (a namespace label no namespace has).
-	_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &admissionv1.ValidatingAdmissionPolicy{
+	framework.CreateForTest(t, &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: probe},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionv1.Fail),
@@ -110,23 +91,15 @@ func TestOperatorIdentitiesCannotEscalate(t *testing.T) {
 					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
 				}}}},
 			Validations: []admissionv1.Validation{{Expression: "true"}},
-		}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), probe, metav1.DeleteOptions{})
-	})
-	_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &admissionv1.ValidatingAdmissionPolicyBinding{
+		}})
+	framework.CreateForTest(t, &admissionv1.ValidatingAdmissionPolicyBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: probe},
 		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
 			PolicyName:        probe,
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
 			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
 				MatchLabels: map[string]string{"statefulops.dev/escalation-probe-never": "true"}}},
-		}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(context.Background(), probe, metav1.DeleteOptions{})
-	})
+		}})
 	// A pod whose labels are not the lease-operator's to change, and a PhasedRollout naming a Secret:
 	// the one namespace where the rollout-operator may bind its Secret reader.
 	pod := framework.TestPod("probe")
@@ -222,16 +195,11 @@ spec:
 	// Each operator's metrics reader, bound (as the docs say to) to a scraper's ServiceAccount.
 	for _, op := range operatorNames {
 		sa := "metrics-" + strings.TrimSuffix(op, "-operator")
-		_, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		crb, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: "escalation-probe-"},
+		framework.CreateForTest(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns}})
+		framework.CreateForTest(t, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: probe + "-" + sa},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: op + "-metrics-reader"},
 			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa}},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			_ = admin.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
 		})
 		reader, err := admin.RbacV1().ClusterRoles().Get(ctx, op+"-metrics-reader", metav1.GetOptions{})
 		require.NoError(t, err)
