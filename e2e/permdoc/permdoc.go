@@ -69,7 +69,9 @@ type Doc struct {
 }
 
 // Render reads deploy/, the operators' sources and the reasons file under root and renders the page.
-func Render(root string) (Doc, error) {
+func Render(root string) (Doc, error) { return render(root, Operators) }
+
+func render(root string, operators []string) (Doc, error) {
 	reasons := map[string]string{}
 	if b, err := os.ReadFile(filepath.Join(root, ReasonsFile)); err != nil {
 		return Doc{}, err
@@ -79,7 +81,7 @@ func Render(root string) (Doc, error) {
 	var out bytes.Buffer
 	var missing []string
 	out.WriteString(header)
-	for _, op := range Operators {
+	for _, op := range operators {
 		m, err := loadManifest(root, op)
 		if err != nil {
 			return Doc{}, err

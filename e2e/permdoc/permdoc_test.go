@@ -66,3 +66,87 @@ func TestMarkerReasons(t *testing.T) {
 	require.True(t, mks[3].namespaced)
 	require.Equal(t, []string{""}, mks[3].groups)
 }
+
+// TestRenderPoliciesAndReasons renders a small manifest: a marker's comment explains its rule, the
+// reasons file explains a config/ role, and a ValidatingAdmissionPolicy naming the ServiceAccount is
+// listed under it with its binding and message; a rule nobody explains is reported missing.
+func TestRenderPoliciesAndReasons(t *testing.T) {
+	root := t.TempDir()
+	write := func(path, text string) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(root, path)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, path), []byte(text), 0o644))
+	}
+	write("x-operator/main.go", `package main
+
+// It takes Leases of its own kind only.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create
+`)
+	write(ReasonsFile, `"{op}-metrics-reader": "For a scraper."`+"\n")
+	write("deploy/x-operator.yaml", `apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: x-operator-controller-manager
+  namespace: x-operator-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: x-operator-manager-role
+rules:
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [create, get]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: x-operator-metrics-reader
+rules:
+- nonResourceURLs: [/metrics]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: x-operator-manager-rolebinding
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: x-operator-manager-role}
+subjects:
+- {kind: ServiceAccount, name: x-operator-controller-manager, namespace: x-operator-system}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: x-operator-leases
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [coordination.k8s.io], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [leases]}
+  matchConditions:
+  - name: operator
+    expression: request.userInfo.username == 'system:serviceaccount:x-operator-system:x-operator-controller-manager'
+  validations:
+  - expression: object.metadata.namespace != 'kube-system'
+    message: the operator writes no Lease in kube-system (leader elections of the control plane)
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: x-operator-leases
+spec:
+  policyName: x-operator-leases
+  validationActions: [Deny]
+`)
+	doc, err := render(root, []string{"x-operator"})
+	require.NoError(t, err)
+	md := doc.Markdown
+	require.Contains(t, md, "| x-operator-manager-role | cluster-wide | coordination.k8s.io | `leases` |  | `create`, `get` | It takes Leases of its own kind only. |")
+	require.Contains(t, md, "| x-operator-metrics-reader | where bound | (non-resource) | `/metrics` | | `get` | For a scraper. |")
+	require.Contains(t, md, "| x-operator-leases | CREATE,UPDATE leases | Fail | x-operator-leases (Deny) | the operator writes no Lease in kube-system (leader elections of the control plane) |")
+	require.Less(t, strings.Index(md, "x-operator-leases |"), strings.Index(md, "### Roles shipped unbound"), "the policy is listed under its ServiceAccount")
+	require.Equal(t, []string{"deploy/x-operator.yaml: x-operator-manager-role /nodes"}, doc.Missing)
+	require.Contains(t, md, "| x-operator-manager-role | cluster-wide | core | `nodes` |  | `get` | "+NoReason+" |")
+}
