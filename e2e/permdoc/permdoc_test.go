@@ -102,11 +102,8 @@ rules:
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
-metadata:
-  name: x-operator-metrics-reader
-rules:
-- nonResourceURLs: [/metrics]
-  verbs: [get]
+metadata: {name: x-operator-metrics-reader}
+rules: [{nonResourceURLs: [/metrics], verbs: [get]}]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
