@@ -26,7 +26,7 @@ func TestPermissionsDoc(t *testing.T) {
 	}
 	got, err := os.ReadFile(page)
 	require.NoError(t, err)
-	require.Equal(t, doc.Markdown, string(got), "%s is stale: run `cd e2e && go test ./permdoc -update`", Page)
+	require.Equal(t, doc.Markdown, string(got), "%s is stale: run `make manifests` (or `cd e2e && go test ./permdoc -update`)", Page)
 }
 
 // TestEveryPermissionHasAReason fails on a rule or policy nobody explained: a comment above its
