@@ -470,7 +470,7 @@ func eventTry(ns string) try {
 		_, err := c.EventsV1().Events(ns).Create(ctx, &eventsv1.Event{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "escalation-"}, EventTime: metav1.NowMicro(), Type: corev1.EventTypeNormal,
 			Reason: "Probe", Action: "Probe", ReportingController: "statefulops.dev/escalation", ReportingInstance: "probe",
-			Regarding: corev1.ObjectReference{Kind: "Namespace", Name: ns, APIVersion: "v1"}}, dryCreate)
+			Regarding: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "probe", APIVersion: "v1"}}, dryCreate)
 		return err
 	})
 }
