@@ -6,9 +6,11 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -66,3 +68,51 @@ func ServiceAccountGroups(namespace string) []string {
 // PolicyWait is how long an admission policy just created may take to be enforced (the API server
 // compiles it from its informer).
 const PolicyWait = 20 * time.Second
+
+// DocumentsManifestPermissions fails unless the "## Permissions" section of the Markdown page doc
+// names every resource that a ClusterRole or Role of the manifest grants, in backticks each of the
+// names a rule is restricted to (resourceNames), and each ValidatingAdmissionPolicy: a rule added to
+// the markers or a policy to config/ without its reason on the page fails the module's unit tests.
+// Non-resource rules (/metrics) are the metrics section's.
+func DocumentsManifestPermissions(t *testing.T, doc, manifest string) {
+	t.Helper()
+	page, err := os.ReadFile(doc)
+	require.NoError(t, err)
+	_, section, found := bytes.Cut(page, []byte("\n## Permissions\n"))
+	require.True(t, found, "%s has no \"## Permissions\" section", doc)
+	if end := bytes.Index(section, []byte("\n## ")); end >= 0 {
+		section = section[:end]
+	}
+	raw, err := os.ReadFile(manifest)
+	require.NoError(t, err)
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := decoder.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err, "decoding %s", manifest)
+		}
+		switch obj.GetKind() {
+		case "ValidatingAdmissionPolicy":
+			assert.Contains(t, string(section), "`"+obj.GetName()+"`", "%s: the Permissions section does not name policy %s", doc, obj.GetName())
+		case "ClusterRole", "Role":
+			rules, _, _ := unstructured.NestedSlice(obj.Object, "rules")
+			for _, r := range rules {
+				rule, _ := r.(map[string]any)
+				names, _, _ := unstructured.NestedStringSlice(rule, "resourceNames")
+				for _, name := range names {
+					assert.Contains(t, string(section), "`"+name+"`", "%s: the Permissions section does not name %s (%s %s)", doc, name, obj.GetKind(), obj.GetName())
+				}
+				resources, _, _ := unstructured.NestedStringSlice(rule, "resources")
+				for _, res := range resources {
+					base, _, _ := strings.Cut(res, "/")
+					if len(names) == 0 {
+						assert.Contains(t, string(section), base, "%s: the Permissions section does not say why %s %s grants %s", doc, obj.GetKind(), obj.GetName(), res)
+					}
+				}
+			}
+		}
+	}
+}
