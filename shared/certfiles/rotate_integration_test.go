@@ -71,13 +71,7 @@ func TestRotateWritesTheServiceCertificateAndInjectsTheCA(t *testing.T) {
 		return err
 	})
 
-	for name, ch := range map[string]<-chan struct{}{"written": written, "ready": ready} {
-		select {
-		case <-ch:
-		case <-time.After(time.Minute):
-			t.Fatalf("%s not closed within a minute", name)
-		}
-	}
+	waitClosed(t, map[string]<-chan struct{}{"written": written, "ready": ready})
 
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(secret), secret))
 	caPEM := secret.Data["ca.crt"]
@@ -155,14 +149,20 @@ func TestRotateNeedsOnlyTheNamedSecretAndConfiguration(t *testing.T) {
 		})
 		return err
 	})
-	for name, ch := range map[string]<-chan struct{}{"written": written, "ready": ready} {
-		select {
-		case <-ch:
-		case <-time.After(time.Minute):
-			t.Fatalf("%s not closed within a minute under resourceNames-only RBAC", name)
-		}
-	}
+	waitClosed(t, map[string]<-chan struct{}{"written": written, "ready": ready})
 	webhooks := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "scoped-webhooks"}, webhooks))
 	assert.NotEmpty(t, webhooks.Webhooks[0].ClientConfig.CABundle, "the CA is injected under resourceNames-only RBAC")
+}
+
+// waitClosed fails the test unless each channel closes within a minute.
+func waitClosed(t *testing.T, chans map[string]<-chan struct{}) {
+	t.Helper()
+	for name, ch := range chans {
+		select {
+		case <-ch:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s not closed within a minute", name)
+		}
+	}
 }

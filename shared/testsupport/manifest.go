@@ -25,19 +25,9 @@ import (
 // earlier test of the run) are left as they are.
 func (s *Suite) ApplyManifest(t *testing.T, path string, kinds ...string) {
 	t.Helper()
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
 	applied := 0
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := decoder.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			require.NoError(t, err, "decoding %s", path)
-		}
-		if len(obj.Object) == 0 || !slices.Contains(kinds, obj.GetKind()) {
+	for _, obj := range manifestObjects(t, path) {
+		if !slices.Contains(kinds, obj.GetKind()) {
 			continue
 		}
 		if err := s.Client.Create(t.Context(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -83,17 +73,7 @@ func DocumentsManifestPermissions(t *testing.T, doc, manifest string) {
 	if end := bytes.Index(section, []byte("\n## ")); end >= 0 {
 		section = section[:end]
 	}
-	raw, err := os.ReadFile(manifest)
-	require.NoError(t, err)
-	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	for {
-		obj := &unstructured.Unstructured{}
-		if err := decoder.Decode(&obj.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			require.NoError(t, err, "decoding %s", manifest)
-		}
+	for _, obj := range manifestObjects(t, manifest) {
 		switch obj.GetKind() {
 		case "ValidatingAdmissionPolicy":
 			assert.Contains(t, string(section), "`"+obj.GetName()+"`", "%s: the Permissions section does not name policy %s", doc, obj.GetName())
@@ -113,6 +93,27 @@ func DocumentsManifestPermissions(t *testing.T, doc, manifest string) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// manifestObjects are the objects of a multi-document YAML manifest, in order.
+func manifestObjects(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := decoder.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs
+			}
+			require.NoError(t, err, "decoding %s", path)
+		}
+		if len(obj.Object) > 0 {
+			objs = append(objs, obj)
 		}
 	}
 }
