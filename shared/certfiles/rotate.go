@@ -30,7 +30,8 @@ type Rotation struct {
 // Rotate has the certificate rotated and copied into r.Dir (Sync) on every replica, leader or not: every
 // replica serves with it. written closes after the first complete copy of the files; ready closes once
 // the files are there and the CA is in the caBundle of every configuration of r.Webhooks (the rotator's
-// IsReady).
+// IsReady). The identity needs get, list, watch and update of the Secret and of each configuration by
+// name only (resourceNames): the rotator reads nothing else.
 func Rotate(mgr ctrl.Manager, r Rotation) (written, ready <-chan struct{}, err error) {
 	if err := os.MkdirAll(r.Dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("creating the certificate directory: %w", err)
@@ -43,7 +44,8 @@ func Rotate(mgr ctrl.Manager, r Rotation) (written, ready <-chan struct{}, err e
 	}
 	isReady := make(chan struct{})
 	dns := fmt.Sprintf("%s.%s.svc", r.Service, r.Secret.Namespace)
-	if err := rotator.AddRotator(mgr, &rotator.CertRotator{
+	// The rotator's cache lists and watches only the Secret and the configurations it keeps (scope.go).
+	if err := rotator.AddRotator(scopedToNames(mgr, r), &rotator.CertRotator{
 		SecretKey:             r.Secret,
 		CertDir:               r.Dir,
 		CAName:                r.CAName,
@@ -54,6 +56,8 @@ func Rotate(mgr ctrl.Manager, r Rotation) (written, ready <-chan struct{}, err e
 		Webhooks:              r.Webhooks,
 		FieldOwner:            r.FieldOwner,
 		RequireLeaderElection: false,
+		// Controller names are unique per process: one rotator per Secret, named after it.
+		ControllerName: "cert-rotator-" + r.Secret.Name,
 	}); err != nil {
 		return nil, nil, fmt.Errorf("adding the certificate rotator: %w", err)
 	}

@@ -16,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -69,13 +71,7 @@ func TestRotateWritesTheServiceCertificateAndInjectsTheCA(t *testing.T) {
 		return err
 	})
 
-	for name, ch := range map[string]<-chan struct{}{"written": written, "ready": ready} {
-		select {
-		case <-ch:
-		case <-time.After(time.Minute):
-			t.Fatalf("%s not closed within a minute", name)
-		}
-	}
+	waitClosed(t, map[string]<-chan struct{}{"written": written, "ready": ready})
 
 	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(secret), secret))
 	caPEM := secret.Data["ca.crt"]
@@ -101,4 +97,72 @@ func TestRotateWritesTheServiceCertificateAndInjectsTheCA(t *testing.T) {
 	webhooks := &admissionregistrationv1.MutatingWebhookConfiguration{}
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "test-webhooks"}, webhooks))
 	assert.Equal(t, caPEM, webhooks.Webhooks[0].ClientConfig.CABundle, "the CA is injected into the webhook configuration")
+}
+
+// An identity granted the Secret and the webhook configuration by name only (RBAC resourceNames, as
+// the webhook-server's manifest grants them) can run Rotate: its caches list and watch those names
+// only.
+func TestRotateNeedsOnlyTheNamedSecretAndConfiguration(t *testing.T) {
+	c, ctx := suite.Client, t.Context()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "scoped-cert", Namespace: "default"}}
+	require.NoError(t, c.Create(ctx, secret))
+	require.NoError(t, c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "not-its-secret", Namespace: "default"}}))
+	require.NoError(t, c.Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "scoped-webhooks"},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "pods.scoped.statefulops.dev",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "default", Name: "scoped-svc", Path: ptr.To("/mutate")}},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+		}},
+	}))
+	const user = "system:serviceaccount:default:scoped-rotator"
+	verbs := []string{"get", "list", "watch", "update"}
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}
+	for _, o := range []client.Object{
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "scoped-rotator"}, Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{"scoped-webhooks"}, Verbs: verbs,
+		}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scoped-rotator"}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "scoped-rotator"}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "scoped-rotator", Namespace: "default"}, Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"scoped-cert"}, Verbs: verbs,
+		}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "scoped-rotator", Namespace: "default"}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "scoped-rotator"}},
+	} {
+		require.NoError(t, c.Create(ctx, o))
+	}
+	cfg := rest.CopyConfig(suite.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+
+	var written, ready <-chan struct{}
+	suite.StartManagerAs(t, cfg, func(_ context.Context, mgr ctrl.Manager) (err error) {
+		written, ready, err = Rotate(mgr, Rotation{
+			Secret:     client.ObjectKeyFromObject(secret),
+			Service:    "scoped-svc",
+			Dir:        filepath.Join(t.TempDir(), "certs"),
+			CAName:     "scoped-ca",
+			FieldOwner: "certfiles-test",
+			Webhooks:   []rotator.WebhookInfo{{Name: "scoped-webhooks", Type: rotator.Mutating}},
+		})
+		return err
+	})
+	waitClosed(t, map[string]<-chan struct{}{"written": written, "ready": ready})
+	webhooks := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: "scoped-webhooks"}, webhooks))
+	assert.NotEmpty(t, webhooks.Webhooks[0].ClientConfig.CABundle, "the CA is injected under resourceNames-only RBAC")
+}
+
+// waitClosed fails the test unless each channel closes within a minute.
+func waitClosed(t *testing.T, chans map[string]<-chan struct{}) {
+	t.Helper()
+	for name, ch := range chans {
+		select {
+		case <-ch:
+		case <-time.After(time.Minute):
+			t.Fatalf("%s not closed within a minute", name)
+		}
+	}
 }

@@ -37,9 +37,16 @@ import (
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
+// The pods of a lock's StatefulSet: read for the election, patched for their role labels and
+// annotations only (config/policy/pods.yaml refuses any other change for this ServiceAccount).
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// Nodes: a pod on a node that is not Ready is not elected writer.
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// The lock's StatefulSet: its selector and replicas name the candidate pods.
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
+// A lock's Lease lives in the lock's namespace, any namespace: RBAC cannot narrow it further, so
+// config/policy/leases.yaml admits only Leases labelled and controlled by a StatefulSetLock (and the
+// leader-election Lease), never in kube-system or kube-node-lease.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // Its own CRD, read only to tell an uninstall from the deletion of one lock (reconcileGone).
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,resourceNames=statefulsetlocks.app.anukkrit.me,verbs=get

@@ -24,6 +24,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch;update
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// Namespaces: patched only to set or remove apps.statefulsingleton.com/enabled, which scopes the pod
+// webhook; config/policy/namespaces.yaml refuses any other Namespace change for this ServiceAccount.
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=apps,resources=replicasets;statefulsets,verbs=get;list;watch
 

@@ -24,8 +24,9 @@ import (
 )
 
 // The certificate rotator keeps the grant endpoint's CA and serving certificate in a Secret of the
-// operator's namespace.
-// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;update
+// operator's namespace: that Secret only (resourceNames; its caches list and watch only that name,
+// certfiles.Rotate).
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,resourceNames=singleton-operator-grant-cert,verbs=get;list;watch;update
 
 // ServeConfig holds the flags of the grant endpoint.
 //

@@ -44,10 +44,16 @@ import (
 )
 
 // The webhook server reads StatefulSingletons; its certificate rotator updates its Secret and the
-// caBundle of its MutatingWebhookConfiguration.
+// caBundle of its MutatingWebhookConfiguration. Both by name only (resourceNames, the names of the
+// manifest's namePrefix singleton-operator-): it must never rewrite another admission webhook or read
+// another Secret, and its caches list and watch only those names (certfiles.Rotate, FollowSecret).
 // +kubebuilder:rbac:groups=apps.openshift.statefulsingleton.com,resources=statefulsingletons,verbs=get;list;watch
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,verbs=get;list;watch;update
+// The rotator keeps the caBundle of its own configuration (an Update of the copy it watches).
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,resourceNames=singleton-operator-mutating-webhook-configuration,verbs=get;list;watch;update
+// The rotator keeps its CA and serving certificate in its own Secret.
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,resourceNames=singleton-operator-webhook-server-cert,verbs=get;list;watch;update
+// The grant endpoint's CA, which the status-sidecars trust, is read from the singleton operator's Secret.
+// +kubebuilder:rbac:groups="",namespace=system,resources=secrets,resourceNames=singleton-operator-grant-cert,verbs=get;list;watch
 
 // Config holds the webhook server's own flags.
 type Config struct {
