@@ -5,8 +5,10 @@ package platform
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
@@ -27,6 +29,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/statefulops/statefulops/e2e/framework"
+	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
@@ -143,46 +147,55 @@ spec:
 			patchTry("label a namespace with its own label "+singletonv1.LabelNamespaceEnabled, "scopes the pod webhook to namespaces with singletons",
 				collection("/api/v1/namespaces"), ns, fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, singletonv1.LabelNamespaceEnabled)),
 			eventTry(ns),
-			leaderLeaseTry("singleton-operator-system"),
+			leaderLeaseTry("singleton-operator-system", "escalation-probe-leader"),
 		},
 		"cluster-operator": {
 			attempt("create a pod owned by a StatefulCluster", "it is the controller of its StatefulClusters' pods", func(ctx context.Context, c kubernetes.Interface) error {
 				p := framework.TestPod("owned")
 				p.OwnerReferences = owner("enge.me/v1alpha1", "StatefulCluster")
+				p.Labels = map[string]string{clusterv1alpha1.ClusterNameLabel: "probe"}
 				_, err := c.CoreV1().Pods(ns).Create(ctx, p, dryCreate)
 				return err
 			}),
-			createTry("create a claim owned by a StatefulCluster", "it creates its pods' claims", "/api/v1/namespaces/"+ns+"/persistentvolumeclaims", claim("owned", owner("enge.me/v1alpha1", "StatefulCluster"))),
+			createTry("create a claim owned by a StatefulCluster", "it creates its pods' claims", "/api/v1/namespaces/"+ns+"/persistentvolumeclaims", labelled(claim("owned", owner("enge.me/v1alpha1", "StatefulCluster")), clusterv1alpha1.ClusterNameLabel, "probe")),
 			eventTry(ns),
 		},
 		"lease-operator": {
 			attempt("create a Lease carrying its label, owned by a StatefulSetLock", "each StatefulSetLock is a Lease", func(ctx context.Context, c kubernetes.Interface) error {
-				l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "owned", Labels: map[string]string{leasev1.LockLabel: "lock"},
+				l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "owned", Labels: map[string]string{leasev1.LockLabel: "probe"},
 					OwnerReferences: owner("app.anukkrit.me/v1", "StatefulSetLock")}}
 				_, err := c.CoordinationV1().Leases(ns).Create(ctx, l, dryCreate)
 				return err
 			}),
 			patchTry("label a pod with its role label "+leasev1.RoleLabel, "the writer/reader role Services select on",
 				collection("/api/v1/namespaces/"+ns+"/pods"), pod.Name, fmt.Sprintf(`{"metadata":{"labels":{%q:%q,%q:"lock"}}}`, leasev1.RoleLabel, leasev1.RoleReader, leasev1.LockLabel)),
-			leaderLeaseTry("lease-operator-system"),
+			leaderLeaseTry("lease-operator-system", "lease-operator.app.anukkrit.me"),
 		},
 		"rollout-operator": {
 			attempt("bind its Secret reader to itself where a PhasedRollout names a Secret", "reads the PhasedRollout's credentials Secret", func(ctx context.Context, c kubernetes.Interface) error {
-				_, err := c.RbacV1().RoleBindings(ns).Create(ctx, roleBinding("rollout-operator-secret-reader", "ClusterRole", "rollout-operator-secret-reader",
-					"rollout-operator-system", "rollout-operator-controller-manager"), dryCreate)
+				rb := roleBinding("rollout-operator-secret-reader", "ClusterRole", "rollout-operator-secret-reader",
+					"rollout-operator-system", "rollout-operator-controller-manager")
+				rb.Labels = map[string]string{"app.kubernetes.io/managed-by": "rollout-operator", "sts.plus/secret-access": "rollout-operator"}
+				_, err := c.RbacV1().RoleBindings(ns).Create(ctx, rb, dryCreate)
 				return err
 			}),
 			eventTry(ns),
-			leaderLeaseTry("rollout-operator-system"),
+			leaderLeaseTry("rollout-operator-system", "escalation-probe-leader"),
 		},
 		"extended-operator": {
-			createTry("create a StatefulSet owned by an ExtendedStatefulSet", "each version is a StatefulSet it owns", "/apis/apps/v1/namespaces/"+ns+"/statefulsets", statefulSet("owned", owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet"))),
-			createTry("create a Job owned by an ExtendedStatefulSet", "its upgrade Jobs", "/apis/batch/v1/namespaces/"+ns+"/jobs", job("owned", owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet"))),
-			leaderLeaseTry("extended-operator-system"),
+			createTry("create a StatefulSet owned by an ExtendedStatefulSet", "each version is a StatefulSet it owns", "/apis/apps/v1/namespaces/"+ns+"/statefulsets", labelled(statefulSet("owned", owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet")), extendedv1alpha1.NameLabel, "probe")),
+			createTry("create a Job owned by an ExtendedStatefulSet", "its upgrade Jobs", "/apis/batch/v1/namespaces/"+ns+"/jobs", labelled(job("owned", owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet")), extendedv1alpha1.NameLabel, "probe")),
+			leaderLeaseTry("extended-operator-system", "escalation-probe-leader"),
 		},
 		"webhook-server": {
-			patchTry("patch its own MutatingWebhookConfiguration", "its certificate rotator writes the caBundle",
-				collection("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"), "singleton-operator-mutating-webhook-configuration", probeLabel),
+			attempt("update its own MutatingWebhookConfiguration", "its certificate rotator writes the caBundle (an update: it holds no patch)", func(ctx context.Context, c kubernetes.Interface) error {
+				mwc, err := c.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "singleton-operator-mutating-webhook-configuration", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				_, err = c.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, mwc, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+				return err
+			}),
 			attempt("read its own serving certificate Secret", "it serves TLS with it", func(ctx context.Context, c kubernetes.Interface) error {
 				_, err := c.CoreV1().Secrets("singleton-operator-system").Get(ctx, "singleton-operator-webhook-server-cert", metav1.GetOptions{})
 				return err
@@ -192,19 +205,21 @@ spec:
 	for i := range identities {
 		identities[i].legitimate = legit[identities[i].name]
 	}
-	// Each operator's metrics reader, bound (as the docs say to) to a scraper's ServiceAccount.
-	for _, op := range operatorNames {
+	// Each binary's metrics reader (a Role in its namespace: get on services/metrics of its metrics
+	// Service), bound as docs/metrics.md says to a scraper's ServiceAccount.
+	for _, op := range append(slices.Clone(operatorNames), "webhook-server") {
 		sa := "metrics-" + strings.TrimSuffix(op, "-operator")
+		roleNS, role := framework.MetricsReaderRole(op)
 		framework.CreateForTest(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns}})
-		framework.CreateForTest(t, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: probe + "-" + sa},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: op + "-metrics-reader"},
+		framework.CreateForTest(t, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: probe + "-" + sa, Namespace: roleNS},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role},
 			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa}},
 		})
-		reader, err := admin.RbacV1().ClusterRoles().Get(ctx, op+"-metrics-reader", metav1.GetOptions{})
+		reader, err := admin.RbacV1().Roles(roleNS).Get(ctx, role, metav1.GetOptions{})
 		require.NoError(t, err)
 		identities = append(identities, escalationIdentity{
-			name: op + "-metrics-reader", namespace: ns, serviceAccount: sa,
+			name: role, namespace: ns, serviceAccount: sa,
 			attempts: []try{
 				nonResourceTry("/metrics", "the API server's metrics: the reader of one operator's metrics must not open the kube-apiserver's"),
 				nonResourceTry("/metrics/slis", "the API server's SLI metrics"),
@@ -214,7 +229,7 @@ spec:
 					return err
 				}),
 			},
-			legitimate: readerRuleTries(reader.Rules, op+"-system"),
+			legitimate: readerRuleTries(reader.Rules, roleNS),
 		})
 	}
 
@@ -236,7 +251,7 @@ spec:
 		}
 		refusedLegit := 0
 		for _, l := range id.legitimate {
-			if err := l.do(ctx, c); verdict(err) != "allowed" {
+			if err := legitimateWrite(ctx, c, l); verdict(err) != "allowed" {
 				refusedLegit++
 				t.Errorf("escalation: %s: its own write %q (%s) was refused: %v", id.name, l.what, l.why, err)
 			}
@@ -256,6 +271,26 @@ spec:
 // verdict sorts an attempt's result: allowed (it reached storage: nil, or AlreadyExists after every
 // check passed), refused (RBAC's Forbidden, or a ValidatingAdmissionPolicy's denial), or anything else
 // (a broken attempt, reported as such).
+// legitimateWrite runs an identity's own write, waiting up to a minute while the API server reports
+// the operator's admission policy as not configured yet: a policy whose paramKind is one of our CRDs
+// resolves only once the API server's discovery cache has the CRD (kube-apiserver refreshes that cache
+// every 30 s), so right after an install the operator's own grant is refused and its reconcile retries.
+// Escalation attempts are never retried: a refusal is what they must get.
+func legitimateWrite(ctx context.Context, c kubernetes.Interface, l try) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := l.do(ctx, c)
+		if err == nil || !strings.Contains(err.Error(), "failed to configure policy") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 func verdict(err error) string {
 	switch {
 	case err == nil, apierrors.IsAlreadyExists(err):
@@ -475,8 +510,18 @@ func eventTry(ns string) try {
 	})
 }
 
-func leaderLeaseTry(ns string) try {
-	return createTry("create its leader-election Lease in its own namespace", "leader election", "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases", &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "escalation-probe-leader"}})
+// leaderLeaseTry creates the identity's leader-election Lease, named as its manager names it (an
+// operator whose Leases are guarded by a policy may write only that one; AlreadyExists, when the
+// operator runs and holds it, counts as allowed: the write passed authorization and admission).
+func leaderLeaseTry(ns, name string) try {
+	return createTry("create its leader-election Lease in its own namespace", "leader election", "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases", &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+// labelled sets one label on a probe object: the label by which an operator's policy recognises its own
+// objects.
+func labelled[T metav1.Object](obj T, key, value string) T {
+	obj.SetLabels(map[string]string{key: value})
+	return obj
 }
 
 func owner(apiVersion, kind string) []metav1.OwnerReference {
