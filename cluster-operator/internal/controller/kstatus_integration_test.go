@@ -269,18 +269,10 @@ func (f *fixture) checkStatuses() *statusChecker {
 }
 
 func (f *fixture) statusProblems(sc *clusterv1alpha1.StatefulCluster) []string {
-	var out []string
 	st := sc.Status
-	for _, c := range st.Conditions {
-		if c.ObservedGeneration != st.ObservedGeneration {
-			out = append(out, fmt.Sprintf("condition %s observedGeneration %d, status %d", c.Type, c.ObservedGeneration, st.ObservedGeneration))
-		}
-	}
+	out := testsupport.KstatusProblems(st.Conditions, st.ObservedGeneration)
 	stalled := meta.IsStatusConditionTrue(st.Conditions, clusterv1alpha1.ConditionStalled)
 	reconciling := meta.IsStatusConditionTrue(st.Conditions, clusterv1alpha1.ConditionReconciling)
-	if stalled && reconciling {
-		out = append(out, "Stalled and Reconciling both True")
-	}
 	if ready := meta.FindStatusCondition(st.Conditions, clusterv1alpha1.ConditionReady); ready != nil {
 		switch {
 		case ready.Status == metav1.ConditionFalse && !stalled && !reconciling:

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // TestStatusNeverContradictsTheCluster drives locks through their states — no pods, the first
@@ -190,18 +191,10 @@ func (ch *statusChecker) replay() (violations []string, statuses int) {
 }
 
 func lockStatusProblems(lock *leasev1.StatefulSetLock, pods map[string]*corev1.Pod, leases map[string]*coordinationv1.Lease) []string {
-	var out []string
 	st := lock.Status
-	for _, c := range st.Conditions {
-		if c.ObservedGeneration != st.ObservedGeneration {
-			out = append(out, fmt.Sprintf("condition %s observedGeneration %d, status %d", c.Type, c.ObservedGeneration, st.ObservedGeneration))
-		}
-	}
+	out := testsupport.KstatusProblems(st.Conditions, st.ObservedGeneration)
 	stalled := meta.IsStatusConditionTrue(st.Conditions, leasev1.ConditionStalled)
 	reconciling := meta.IsStatusConditionTrue(st.Conditions, leasev1.ConditionReconciling)
-	if stalled && reconciling {
-		out = append(out, "Stalled and Reconciling both True")
-	}
 	ready := meta.FindStatusCondition(st.Conditions, leasev1.ConditionReady)
 	if ready == nil {
 		return append(out, "no Ready condition")

@@ -88,18 +88,10 @@ func (ch *statusChecker) stop(f *fixture, name string) {
 }
 
 func (ch *statusChecker) problems(ss *singletonv1.StatefulSingleton, pods []corev1.Pod) []string {
-	var out []string
 	st := ss.Status
-	for _, c := range st.Conditions {
-		if c.ObservedGeneration != st.ObservedGeneration {
-			out = append(out, fmt.Sprintf("condition %s observedGeneration %d, status %d", c.Type, c.ObservedGeneration, st.ObservedGeneration))
-		}
-	}
+	out := testsupport.KstatusProblems(st.Conditions, st.ObservedGeneration)
 	stalled := meta.IsStatusConditionTrue(st.Conditions, singletonv1.ConditionStalled)
 	reconciling := meta.IsStatusConditionTrue(st.Conditions, singletonv1.ConditionReconciling)
-	if stalled && reconciling {
-		out = append(out, "Stalled and Reconciling both True")
-	}
 	var releasedThen []*corev1.Pod // released at the write and not terminal
 	heldThen := false
 	for i := range pods {
