@@ -82,7 +82,7 @@ func TestStatefulSetPolicyConfinesTheOperator(t *testing.T) {
 	op, err := client.New(asShippedOperator(t), client.Options{Scheme: suite.Scheme})
 	require.NoError(t, err)
 
-	f := newFixture(t, 3, 0)                   // "web": not annotated yet (a PhasedRollout's first write adds it)
+	f := newFixture(t, 3, 0)                     // "web": not annotated yet (a PhasedRollout's first write adds it)
 	managed := managedStatefulSet(t, f.ns, "db") // annotated, settled (currentRevision == updateRevision)
 	setRevisions(t, managed, "db-r1", "db-r1")
 	rolling := managedStatefulSet(t, f.ns, "cache") // annotated, mid-rollout
