@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
@@ -30,12 +33,8 @@ import (
 // writes are admitted (the policy binds the operator only).
 func TestPodPolicyConfinesTheOperator(t *testing.T) {
 	ctx := t.Context()
-	const operatorNamespace = "singleton-operator-system"
-	user := "system:serviceaccount:" + operatorNamespace + ":singleton-operator-controller-manager"
-	suite.ApplyManifest(t, filepath.Join("..", "..", "..", "deploy", "singleton-operator.yaml"),
-		"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-	as := suite.As(t, user, testsupport.ServiceAccountGroups(operatorNamespace)...)
+	as := installShippedPodPolicy(t)
+	user := operatorUser
 
 	newNamespace := func(labels map[string]string) string {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "singleton-pods-", Labels: labels}}
@@ -126,12 +125,6 @@ func TestPodPolicyConfinesTheOperator(t *testing.T) {
 		}
 	}
 
-	// The API server enforces a policy a moment after it is created: wait for the first refusal.
-	require.Eventually(t, func() bool {
-		err := release(system)(as)
-		return err != nil && strings.Contains(err.Error(), "pod-writes")
-	}, testsupport.PolicyWait, 200*time.Millisecond, "the pod-writes policy is never enforced")
-
 	allowed := []testsupport.PolicyWrite{
 		{Name: "release a gated pod", Write: release(gated)},
 		{Name: "release a Wrapper pod", Write: release(wrapper)},
@@ -171,4 +164,57 @@ func TestPodPolicyConfinesTheOperator(t *testing.T) {
 		{Name: "readiness condition of a pod never held", Write: markReady(stranger)},
 	}
 	testsupport.RequirePolicyWrites(t, user, as, suite.Client, allowed, refused)
+}
+
+// The identity deploy/singleton-operator.yaml gives the operator.
+const (
+	operatorNamespace = "singleton-operator-system"
+	operatorUser      = "system:serviceaccount:" + operatorNamespace + ":singleton-operator-controller-manager"
+)
+
+// installShippedPodPolicy applies deploy/singleton-operator.yaml's RBAC and admission policies and
+// returns a client of the operator's ServiceAccount once the pod-writes policy is enforced (the API
+// server compiles a policy a moment after it is created): a kube-system pod's label patch is refused
+// by it.
+func installShippedPodPolicy(t *testing.T) client.Client {
+	t.Helper()
+	suite.ApplyManifest(t, filepath.Join("..", "..", "..", "deploy", "singleton-operator.yaml"),
+		"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+	as := suite.As(t, operatorUser, testsupport.ServiceAccountGroups(operatorNamespace)...)
+	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", GenerateName: "pod-policy-probe-"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.example/db:1"}}}}
+	require.NoError(t, suite.Client.Create(t.Context(), probe))
+	require.Eventually(t, func() bool {
+		err := as.Patch(t.Context(), probe.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`)), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), "pod-writes")
+	}, testsupport.PolicyWait, 200*time.Millisecond, "the pod-writes policy is never enforced")
+	return as
+}
+
+// TestOperatorWorksUnderTheShippedPodPolicy runs the operator as its ServiceAccount under the RBAC and
+// policies of deploy/singleton-operator.yaml through its pod writes: the release of a Wrapper pod and
+// of a SchedulingGate pod, their readiness gate condition, and the deletion of a pod without a hold
+// while another is active. Every write passes: the pod-writes policy takes nothing the operator needs.
+func TestOperatorWorksUnderTheShippedPodPolicy(t *testing.T) {
+	installShippedPodPolicy(t)
+	cfg := rest.CopyConfig(suite.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser, Groups: testsupport.ServiceAccountGroups(operatorNamespace)}
+	suite.StartManagerAs(t, cfg, (&Options{}).Setup, func(o *ctrl.Options) { CacheOptions(&o.Cache) })
+
+	f := newFixture(t)
+	f.createSingleton("db")
+	f.createPod("active", held(singletonv1.HoldModeWrapper))
+	f.waitReleased("active")
+	require.Eventually(t, func() bool { return readinessGateTrue(f.pod("active")) }, wait, tick, "readiness gate set")
+	f.createPod("rogue")
+	require.Eventually(t, func() bool { return !f.pod("rogue").DeletionTimestamp.IsZero() }, wait, tick, "ungated pod deleted")
+	assert.False(t, f.released("rogue"))
+
+	gated := newFixture(t)
+	gated.createSingleton("db", func(ss *singletonv1.StatefulSingleton) { ss.Spec.HoldMode = singletonv1.HoldModeSchedulingGate })
+	gated.createPod("a", held(singletonv1.HoldModeSchedulingGate))
+	gated.waitReleased("a")
+	assert.Empty(t, gated.pod("a").Spec.SchedulingGates)
+	require.Eventually(t, func() bool { return readinessGateTrue(gated.pod("a")) }, wait, tick, "readiness gate set")
 }
