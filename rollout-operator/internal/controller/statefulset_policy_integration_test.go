@@ -3,7 +3,6 @@
 package controller
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/client-go/rest"
@@ -166,30 +164,8 @@ func TestStatefulSetPolicyConfinesTheOperator(t *testing.T) {
 // policies through a failed step with onFailure Rollback: the takeover, the partition steps and the
 // rollback of the template all pass the statefulset-writes policy.
 func TestRollbackUnderTheShippedPolicy(t *testing.T) {
-	cfg := asShippedOperator(t)
-	startOperatorWith(t, cfg, newFakeChecker(VerdictFail))
-	f := newFixture(t, 2, 0)
-	f.simulateStatefulSetController()
-	require.NoError(t, suite.Client.Create(context.Background(), &appsv1.ControllerRevision{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-r1", Namespace: f.ns},
-		Data:       runtime.RawExtension{Raw: []byte(`{"spec":{"template":{"$patch":"replace","metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"app","image":"app:1"}]}}}}`)},
-		Revision:   1,
-	}))
-	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
-		pr.Spec.Check.MaxTries = ptr.To[int32](2)
-		pr.Spec.Check.OnFailure = rolloutv1alpha1.OnFailureRollback
-	})
-	f.waitPartition(2)
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		sts := f.sts()
-		sts.Spec.Template.Spec.Containers[0].Image = "app:2"
-		return suite.Client.Update(context.Background(), sts)
-	}))
-	f.newRevision("web-r2")
-	pr := f.waitPhase(rolloutv1alpha1.PhaseFailed)
-	assert.Contains(t, pr.Status.Message, "set back to revision web-r1")
+	_, pr := failAndRollBack(t, asShippedOperator(t))
 	assert.Empty(t, pr.Status.LastError)
-	assert.Equal(t, "app:1", f.sts().Spec.Template.Spec.Containers[0].Image)
 }
 
 // setRevisions plays the StatefulSet controller's status write for any StatefulSet.
