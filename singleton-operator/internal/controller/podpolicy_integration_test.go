@@ -194,8 +194,9 @@ func installShippedPodPolicy(t *testing.T) client.Client {
 
 // TestOperatorWorksUnderTheShippedPodPolicy runs the operator as its ServiceAccount under the RBAC and
 // policies of deploy/singleton-operator.yaml through its pod writes: the release of a Wrapper pod and
-// of a SchedulingGate pod, their readiness gate condition, and the deletion of a pod without a hold
-// while another is active. Every write passes: the pod-writes policy takes nothing the operator needs.
+// of a SchedulingGate pod, their readiness gate condition, the deletion of a pod without a hold
+// while another is active, and the adoption of a running pod without a hold. Every write passes: the
+// pod-writes policy takes nothing the operator needs.
 func TestOperatorWorksUnderTheShippedPodPolicy(t *testing.T) {
 	installShippedPodPolicy(t)
 	cfg := rest.CopyConfig(suite.Config)
@@ -217,4 +218,13 @@ func TestOperatorWorksUnderTheShippedPodPolicy(t *testing.T) {
 	gated.waitReleased("a")
 	assert.Empty(t, gated.pod("a").Spec.SchedulingGates)
 	require.Eventually(t, func() bool { return readinessGateTrue(gated.pod("a")) }, wait, tick, "readiness gate set")
+
+	adopting := newFixture(t)
+	adopting.createSingleton("db")
+	adopting.createPod("running") // no hold: adopted
+	adopting.waitReleased("running")
+	require.Eventually(t, func() bool {
+		p := adopting.pod("running")
+		return p.Annotations[singletonv1.AnnotationAdopted] == "true" && readinessGateTrue(p)
+	}, wait, tick, "pod adopted and its readiness gate set")
 }
