@@ -101,7 +101,9 @@ func (m *memory) expectCreated(sc types.NamespacedName, name, revision string, n
 	m.created[sc][name] = createdPod{revision: revision, at: now}
 }
 
-// observed forgets the expectation of a pod the cache now shows.
+// observed forgets the expectation of a pod the cache now shows. The pod event handler calls it as
+// soon as the cache holds the pod, also while a reconcile runs: loadMembers reads the expectations
+// before it lists the cache, so a pod is always counted from one or the other.
 func (m *memory) observed(sc types.NamespacedName, name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
