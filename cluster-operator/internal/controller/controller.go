@@ -144,6 +144,13 @@ func (s *scope) loadMembers(ctx context.Context) error {
 	seen := map[string]bool{}
 	for i := range list.Items {
 		pod := &list.Items[i]
+		if d, ours := s.r.mem.deletedByUs(pod.UID); ours && pod.DeletionTimestamp.IsZero() {
+			// This process deleted the pod, and the cache has not shown that yet: it is terminating,
+			// as deletePod left it for the reconcile that deleted it. Taken for live and not
+			// terminating, it would be scaled down again, and with pods the previous reconcile could
+			// not see now shown, the scale-down would pick others too (an over-deletion).
+			pod.DeletionTimestamp = &metav1.Time{Time: d.at} // the cache's List returns copies
+		}
 		ref := metav1.GetControllerOf(pod)
 		switch {
 		case ref != nil && ref.UID == s.sc.UID:

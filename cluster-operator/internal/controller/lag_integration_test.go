@@ -234,3 +234,41 @@ func TestNoOverCreationWhenPodEventsArriveDuringTheList(t *testing.T) {
 	assert.LessOrEqual(t, f.maxLiveOf("b"), 5)
 	f.waitPods("b", "b-0", "b-1", "b-2", "b-3", "b-4")
 }
+
+// TestNoOverDeletionWhileTheCacheLagsTheOperatorsDeletes: a scale-down retires the newest pods the
+// cache shows; the next reconcile sees pods created before those deletions but not yet the deletions
+// (CI: big-497..499 retired, then big-500..502 too). A pod the operator deleted is terminating,
+// whatever the cache says, so it is not counted live again and nothing more is deleted.
+func TestNoOverDeletionWhileTheCacheLagsTheOperatorsDeletes(t *testing.T) {
+	f := newFixture(t)
+	gate := newPodEventGate()
+	startGatedOperator(t, gate, nil)
+	f.statefulCluster("d", 3)
+	f.waitPods("d", "d-0", "d-1", "d-2")
+	require.Eventually(t, func() bool { return f.get("d").Status.ReadyReplicas == 3 }, wait, tick, "the cache shows 3 Ready pods")
+
+	// Scale to 5 while the cache sees no pod event: d-3 and d-4 count from the expectations.
+	gate.set(holdAll)
+	f.update("d", func(sc *clusterv1alpha1.StatefulCluster) { sc.Spec.Replicas = ptr.To[int32](5) })
+	require.Eventually(t, func() bool { return len(f.liveNames("d")) == 5 && f.get("d").Status.NextIdentity == 5 }, wait, tick, "5 pods created")
+	f.waitPods("d", "d-0", "d-1", "d-2", "d-3", "d-4")
+
+	// Back to 3: the newest pods the cache shows (d-2, d-1) are retired; d-3 and d-4 it has not seen.
+	f.update("d", func(sc *clusterv1alpha1.StatefulCluster) { sc.Spec.Replicas = ptr.To[int32](3) })
+	require.Eventually(t, func() bool { return len(f.liveNames("d")) == 3 }, wait, tick, "2 pods retired")
+	require.Equal(t, []string{"d-0", "d-3", "d-4"}, f.liveNames("d"))
+
+	// The cache catches up to just before the deletions: it shows d-3 and d-4, and d-1, d-2 as
+	// they were. The next reconcile must not count them live again and retire two more.
+	gate.set(func(ev gatedEvent) bool { return ev.deleting || ev.typ == "DELETED" })
+	testsupport.NeverWithin(t, 3*time.Second, tick, func() bool {
+		live := f.liveNames("d")
+		if len(live) < 3 {
+			t.Logf("live pods: %v", live)
+		}
+		return len(live) < 3
+	}, "over-deletion")
+	gate.set(nil)
+	f.waitPods("d", "d-0", "d-3", "d-4")
+	testsupport.NeverWithin(t, time.Second, tick, func() bool { return len(f.liveNames("d")) != 3 }, "pods replaced")
+}
