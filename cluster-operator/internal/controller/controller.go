@@ -131,14 +131,26 @@ func (s *scope) loadMembers(ctx context.Context) error {
 	if err != nil || s.invalid != nil {
 		selector = labels.Nothing()
 	}
+	// The expectations are read before the cache, never after: the pod event handler forgets a pod's
+	// expectation (observed) once the cache shows the pod, and an event arriving between the List and
+	// a later read would leave that pod counted neither from the list nor from the expectations, and
+	// be created again (CI: 3 pods over 500 replicas under load). Read first, an expectation the
+	// handler drops afterwards belongs to a pod the cache already holds, so the List shows it.
+	pending := s.r.mem.pendingCreates(s.key, s.now)
 	var list corev1.PodList
 	if err := s.r.Cache.List(ctx, &list, client.InNamespace(s.sc.Namespace)); err != nil {
 		return fmt.Errorf("listing pods: %w", err)
 	}
-	pending := s.r.mem.pendingCreates(s.key, s.now)
 	seen := map[string]bool{}
 	for i := range list.Items {
 		pod := &list.Items[i]
+		if d, ours := s.r.mem.deletedByUs(pod.UID); ours && pod.DeletionTimestamp.IsZero() {
+			// This process deleted the pod, and the cache has not shown that yet: it is terminating,
+			// as deletePod left it for the reconcile that deleted it. Taken for live and not
+			// terminating, it would be scaled down again, and with pods the previous reconcile could
+			// not see now shown, the scale-down would pick others too (an over-deletion).
+			pod.DeletionTimestamp = &metav1.Time{Time: d.at} // the cache's List returns copies
+		}
 		ref := metav1.GetControllerOf(pod)
 		switch {
 		case ref != nil && ref.UID == s.sc.UID:

@@ -18,7 +18,8 @@ type memory struct {
 	// count as live, so a lagging cache never makes the operator create more pods than wanted.
 	created map[types.NamespacedName]map[string]createdPod
 	// deleted are the UIDs of pods this process deleted, so that their retirement is not recorded
-	// again as a deletion by someone else.
+	// again as a deletion by someone else, and so that such a pod counts as terminating while the
+	// cache does not show its deletion yet (loadMembers), not as a running pod to scale down again.
 	deleted map[types.UID]deletion
 	// seenReady are the pods seen Ready at least once ("unhealthy after having been Ready").
 	seenReady map[types.UID]bool
@@ -101,7 +102,9 @@ func (m *memory) expectCreated(sc types.NamespacedName, name, revision string, n
 	m.created[sc][name] = createdPod{revision: revision, at: now}
 }
 
-// observed forgets the expectation of a pod the cache now shows.
+// observed forgets the expectation of a pod the cache now shows. The pod event handler calls it as
+// soon as the cache holds the pod, also while a reconcile runs: loadMembers reads the expectations
+// before it lists the cache, so a pod is always counted from one or the other.
 func (m *memory) observed(sc types.NamespacedName, name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
