@@ -66,9 +66,9 @@ func (r *Reconciler) callWebhook(ctx context.Context, s *scope, checkName string
 // postWebhook POSTs payload to rawURL within timeout and judges the answer: 2xx passes; another
 // status (a redirect included), a timeout or a transport error fails, with a message saying which.
 func postWebhook(ctx context.Context, rawURL string, payload rolloutv1alpha1.WebhookPayload, creds credentials, insecureSkipVerify bool, timeout time.Duration) CheckResult {
-	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
-		return CheckResult{Verdict: VerdictError, Message: fmt.Sprintf("check.webhook.url %q is not an http or https URL with a host", rawURL)}
+	u, err := webhookURL(rawURL)
+	if err != nil {
+		return CheckResult{Verdict: VerdictError, Message: err.Error()}
 	}
 	where := "webhook " + u.Redacted()
 	body, err := json.Marshal(payload)
@@ -116,6 +116,16 @@ func postWebhook(ctx context.Context, rawURL string, payload rolloutv1alpha1.Web
 		msg += ": " + text
 	}
 	return CheckResult{Verdict: VerdictFail, Message: msg}
+}
+
+// webhookURL parses check.webhook.url: an http or https URL with a host (the CRD's rules refuse any
+// other).
+func webhookURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return nil, fmt.Errorf("check.webhook.url %q is not an http or https URL with a host", raw)
+	}
+	return u, nil
 }
 
 // isTimeout reports whether a call failed because its deadline passed.
