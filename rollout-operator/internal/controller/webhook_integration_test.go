@@ -253,3 +253,25 @@ func TestWebhookSecretAccessUnderTheManifestRBAC(t *testing.T) {
 	assert.NoError(t, suite.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: SecretReaderRoleBinding}, &rbacv1.RoleBinding{}),
 		"the grant stays while the PhasedRollout names the Secret")
 }
+
+// TestWebhookGateMissingSecret: a webhook whose Secret does not exist is not called; the check is an
+// error (never a pass) that names the field, with a WebhookConfigError Event.
+func TestWebhookGateMissingSecret(t *testing.T) {
+	startOperator(t, newFakeChecker(VerdictPass))
+	g := newGate(t, nil)
+	f := newFixture(t, 2, 0)
+	f.simulateStatefulSetController()
+	f.createRollout(webhookRollout(g.srv.URL, func(wh *rolloutv1alpha1.WebhookCheck) { wh.SecretRef = "no-such-secret" }))
+	f.waitPartition(2)
+	f.newRevision("web-r2")
+	require.Eventually(t, func() bool {
+		pr := f.rollout()
+		return pr.Status.RollingPodStatus != nil && pr.Status.RollingPodStatus.Status == rolloutv1alpha1.StepPrometheusError &&
+			pr.Status.RollingPodStatus.TotalChecks >= 2
+	}, wait, tick)
+	pr := f.rollout()
+	assert.Contains(t, pr.Status.LastError, "reading Secret no-such-secret (check.webhook.secretRef)")
+	assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventWebhookConfigError)
+	assert.Equal(t, int32(2), f.partition())
+	assert.Empty(t, g.recorded(), "no call without its credentials")
+}
