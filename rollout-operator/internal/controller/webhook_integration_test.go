@@ -264,12 +264,7 @@ func TestWebhookGateMissingSecret(t *testing.T) {
 	f.createRollout(webhookRollout(g.srv.URL, func(wh *rolloutv1alpha1.WebhookCheck) { wh.SecretRef = "no-such-secret" }))
 	f.waitPartition(2)
 	f.newRevision("web-r2")
-	require.Eventually(t, func() bool {
-		pr := f.rollout()
-		return pr.Status.RollingPodStatus != nil && pr.Status.RollingPodStatus.Status == rolloutv1alpha1.StepPrometheusError &&
-			pr.Status.RollingPodStatus.TotalChecks >= 2
-	}, wait, tick)
-	pr := f.rollout()
+	pr := f.waitCheckErrors(2)
 	assert.Contains(t, pr.Status.LastError, "reading Secret no-such-secret (check.webhook.secretRef)")
 	assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventWebhookConfigError)
 	assert.Equal(t, int32(2), f.partition())
