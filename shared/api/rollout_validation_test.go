@@ -225,6 +225,18 @@ func rolloutBadInputs() []badInput {
 		{"query.url only a port (CEL)", "  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: 'http://:9090'}\n", []string{"spec.check.query.url", "must be a URL with a host"}},
 		{"query.url not a URL (CEL)", "  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: '::not a url::'}\n", []string{"spec.check.query.url", "must be a URL with a host"}},
 		{"query.secretRef not a Secret name", "  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: 'http://prometheus:9090', secretRef: 'Prom Creds'}\n", []string{"spec.check.query.secretRef"}},
+		{
+			"both query and webhook (CEL)",
+			"  targetRef: web\n  check:\n" + query + "    webhook: {url: 'http://gate.ops:8080/check'}\n",
+			[]string{"spec.check.webhook", "alternatives"},
+		},
+		{"webhook.url missing", "  targetRef: web\n  check:\n    webhook: {timeoutSeconds: 5}\n", []string{"spec.check.webhook.url", "Required value"}},
+		{"webhook.url without a scheme (CEL)", "  targetRef: web\n  check:\n    webhook: {url: 'gate.ops:8080/check'}\n", []string{"spec.check.webhook.url", "http or https"}},
+		{"webhook.url with another scheme (CEL)", "  targetRef: web\n  check:\n    webhook: {url: 'ftp://gate.ops/check'}\n", []string{"spec.check.webhook.url", "http or https"}},
+		{"webhook.url without a host (CEL)", "  targetRef: web\n  check:\n    webhook: {url: 'http://:8080/check'}\n", []string{"spec.check.webhook.url", "must be a URL with a host"}},
+		{"webhook.timeoutSeconds 0", "  targetRef: web\n  check:\n    webhook: {url: 'http://gate.ops', timeoutSeconds: 0}\n", []string{"spec.check.webhook.timeoutSeconds"}},
+		{"webhook.timeoutSeconds above 300", "  targetRef: web\n  check:\n    webhook: {url: 'http://gate.ops', timeoutSeconds: 301}\n", []string{"spec.check.webhook.timeoutSeconds"}},
+		{"webhook.secretRef not a Secret name", "  targetRef: web\n  check:\n    webhook: {url: 'http://gate.ops', secretRef: 'Gate Creds'}\n", []string{"spec.check.webhook.secretRef"}},
 		{"successWhen unknown", "  targetRef: web\n  check:\n    successWhen: Maybe\n" + query, []string{"spec.check.successWhen", "Unsupported value"}},
 		{"onFailure unknown", "  targetRef: web\n  check:\n    onFailure: Retry\n" + query, []string{"spec.check.onFailure", "Unsupported value"}},
 	}
@@ -245,6 +257,26 @@ func TestPhasedRolloutAcceptsURLs(t *testing.T) {
 	for i, url := range []string{"prom:9000/xx", "http://prometheus-operated.monitoring.svc:9090", "https://prom.example.com/prometheus", "http://[::1]:9090", "http://10.0.0.1:9090"} {
 		mustApply(t, fmt.Sprintf("apiVersion: sts.plus/v1alpha1\nkind: PhasedRollout\nmetadata: {name: pr-url-%d}\nspec:\n  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: '%s'}\n", i, url))
 	}
+}
+
+// A check may be a webhook gate instead of a query: accepted without a query, timeoutSeconds
+// defaulted to 10, the other check fields defaulted as for a query.
+func TestPhasedRolloutAcceptsAWebhookCheck(t *testing.T) {
+	got := readBack(t, mustApply(t, `
+apiVersion: sts.plus/v1alpha1
+kind: PhasedRollout
+metadata: {name: pr-webhook}
+spec:
+  targetRef: web
+  check:
+    webhook: {url: 'https://gate.ops.svc:8443/rollout', secretRef: gate-token, insecureSkipVerify: true}
+`))
+	require.EqualValues(t, 10, field(t, got, "spec.check.webhook.timeoutSeconds"))
+	require.EqualValues(t, "https://gate.ops.svc:8443/rollout", field(t, got, "spec.check.webhook.url"))
+	require.EqualValues(t, 3, field(t, got, "spec.check.successThreshold"))
+	_, found, err := unstructured.NestedFieldNoCopy(got.Object, "spec", "check", "query")
+	require.NoError(t, err)
+	require.False(t, found, "no query is defaulted beside a webhook")
 }
 
 func TestPhasedRolloutUpdates(t *testing.T) {

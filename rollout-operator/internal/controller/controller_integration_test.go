@@ -122,14 +122,22 @@ func TestPrometheusErrorsNeverPass(t *testing.T) {
 	f.createRollout()
 	f.waitPartition(2)
 	f.newRevision("web-r2")
-	require.Eventually(t, func() bool {
-		pr := f.rollout()
-		return pr.Status.RollingPodStatus != nil && pr.Status.RollingPodStatus.Status == rolloutv1alpha1.StepPrometheusError &&
-			pr.Status.RollingPodStatus.TotalChecks >= 3
-	}, wait, tick)
-	pr := f.rollout()
+	pr := f.waitCheckErrors(3)
 	assert.Contains(t, pr.Status.LastError, "fake error")
 	assert.Equal(t, int32(2), f.partition())
+}
+
+// waitCheckErrors waits for the step to be in state PrometheusError (its last check could not be
+// evaluated) after at least n checks, and returns the PhasedRollout.
+func (f *fixture) waitCheckErrors(n int32) *rolloutv1alpha1.PhasedRollout {
+	f.t.Helper()
+	var pr *rolloutv1alpha1.PhasedRollout
+	require.Eventually(f.t, func() bool {
+		pr = f.rollout()
+		return pr.Status.RollingPodStatus != nil && pr.Status.RollingPodStatus.Status == rolloutv1alpha1.StepPrometheusError &&
+			pr.Status.RollingPodStatus.TotalChecks >= n
+	}, wait, tick, "a step whose checks could not be evaluated %d times", n)
+	return pr
 }
 
 // TestRestartBetweenPartitionAndStatusDoesNotMoveTwice: the status records a step at partition 3

@@ -143,18 +143,11 @@ func check(ctx context.Context, q Query) CheckResult {
 	if timeout <= 0 {
 		timeout = 10 * time.Second
 	}
-	transport := http.DefaultTransport.(*http.Transport).Clone()
-	transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: q.InsecureSkipVerify} //nolint:gosec // the user's explicit choice (check.query.insecureSkipVerify)
+	transport := newTransport(q.InsecureSkipVerify)
 	// The transport is this check's own, so its keep-alive connection would never be reused: close it
 	// rather than hold a socket per check for the idle timeout.
 	defer transport.CloseIdleConnections()
-	var rt http.RoundTripper = transport
-	switch {
-	case q.Token != "":
-		rt = authRoundTripper{next: rt, set: func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+q.Token) }}
-	case q.Username != "":
-		rt = authRoundTripper{next: rt, set: func(r *http.Request) { r.SetBasicAuth(q.Username, q.Password) }}
-	}
+	rt := withCredentials(transport, credentials{Token: q.Token, Username: q.Username, Password: q.Password})
 	c, err := api.NewClient(api.Config{Address: address, Client: &http.Client{Transport: rt, Timeout: timeout}})
 	if err != nil {
 		return CheckResult{Verdict: VerdictError, Message: fmt.Sprintf("%v: %v", errConfig, err)}
@@ -223,6 +216,33 @@ func describeQueryError(address string, err error) string {
 		return fmt.Sprintf("query to Prometheus at %s timed out: %v", address, err)
 	}
 	return fmt.Sprintf("Prometheus at %s unreachable or answered unexpectedly (check check.query.url): %v", address, err)
+}
+
+// newTransport is the HTTP transport of one check, Prometheus query or webhook call: the default
+// transport's settings (proxy from HTTPS_PROXY/HTTP_PROXY/NO_PROXY, dial and TLS handshake timeouts),
+// with certificate verification skipped when the user asked for it.
+func newTransport(insecureSkipVerify bool) *http.Transport {
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: insecureSkipVerify} //nolint:gosec // the user's explicit choice (insecureSkipVerify)
+	return transport
+}
+
+// credentials are the contents of a check's secretRef: a bearer token, or basic-authentication
+// username and password; empty means none.
+type credentials struct {
+	Token, Username, Password string
+}
+
+// withCredentials wraps rt to authenticate every request with c: a bearer token when set, else
+// basic authentication when a username is set, else nothing.
+func withCredentials(rt http.RoundTripper, c credentials) http.RoundTripper {
+	switch {
+	case c.Token != "":
+		return authRoundTripper{next: rt, set: func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+c.Token) }}
+	case c.Username != "":
+		return authRoundTripper{next: rt, set: func(r *http.Request) { r.SetBasicAuth(c.Username, c.Password) }}
+	}
+	return rt
 }
 
 // authRoundTripper sets credentials on a copy of each request.

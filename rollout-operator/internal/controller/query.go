@@ -15,9 +15,13 @@ import (
 // The query of a step's check: spec.check with its placeholders filled for the pod under check, and
 // the credentials of its Secret. prometheus.go runs it.
 
-// check builds the query of the current step and runs it.
+// check builds the query of the current step and runs it; a webhook gate is called instead
+// (webhook.go).
 func (r *Reconciler) check(ctx context.Context, s *scope, ordinal int32) CheckResult {
 	pr := s.pr
+	if wh := pr.Spec.Check.Webhook; wh != nil {
+		return r.callWebhook(ctx, s, seedCheckName, wh, ordinal)
+	}
 	q := pr.Spec.Check.Query
 	if q == nil {
 		return CheckResult{Verdict: VerdictError, Message: "spec.check.query is not set"}
@@ -29,26 +33,41 @@ func (r *Reconciler) check(ctx context.Context, s *scope, ordinal int32) CheckRe
 		SuccessWhen:        pr.Spec.Check.SuccessWhen,
 		Timeout:            r.QueryTimeout,
 	}
-	if q.SecretRef != "" {
-		if r.SecretAccess != nil {
-			if err := r.SecretAccess.Ensure(ctx, pr.Namespace); err != nil {
-				return CheckResult{Verdict: VerdictError, Message: fmt.Sprintf("granting the operator read access to Secret %s (check.query.secretRef): %v", q.SecretRef, err)}
-			}
-		}
-		secret := &corev1.Secret{}
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: q.SecretRef}, secret); err != nil {
-			msg := fmt.Sprintf("reading Secret %s (check.query.secretRef): %v", q.SecretRef, err)
-			s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventPrometheusConfigError, "%s", msg)
-			return CheckResult{Verdict: VerdictError, Message: msg}
-		}
-		query.Token = string(secret.Data[rolloutv1alpha1.SecretKeyToken])
-		query.Username = string(secret.Data[rolloutv1alpha1.SecretKeyUsername])
-		query.Password = string(secret.Data[rolloutv1alpha1.SecretKeyPassword])
+	creds, failed := r.credentials(ctx, s, q.SecretRef, "check.query.secretRef", rolloutv1alpha1.EventPrometheusConfigError)
+	if failed != nil {
+		return *failed
 	}
+	query.Token, query.Username, query.Password = creds.Token, creds.Username, creds.Password
 	if _, err := NormalizeURL(q.URL); err != nil {
 		s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventPrometheusConfigError, "%v", err)
 	}
 	return r.Checker.Check(ctx, query)
+}
+
+// credentials reads the credentials of a check from the Secret name (field names it in messages),
+// once the operator's read access to Secrets in the namespace is granted (SecretAccess); no name means
+// none. A Secret that cannot be read is an error result, with an Event of reason eventReason.
+func (r *Reconciler) credentials(ctx context.Context, s *scope, name, field, eventReason string) (credentials, *CheckResult) {
+	pr := s.pr
+	if name == "" {
+		return credentials{}, nil
+	}
+	if r.SecretAccess != nil {
+		if err := r.SecretAccess.Ensure(ctx, pr.Namespace); err != nil {
+			return credentials{}, &CheckResult{Verdict: VerdictError, Message: fmt.Sprintf("granting the operator read access to Secret %s (%s): %v", name, field, err)}
+		}
+	}
+	secret := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: pr.Namespace, Name: name}, secret); err != nil {
+		msg := fmt.Sprintf("reading Secret %s (%s): %v", name, field, err)
+		s.event(pr, corev1.EventTypeWarning, eventReason, "%s", msg)
+		return credentials{}, &CheckResult{Verdict: VerdictError, Message: msg}
+	}
+	return credentials{
+		Token:    string(secret.Data[rolloutv1alpha1.SecretKeyToken]),
+		Username: string(secret.Data[rolloutv1alpha1.SecretKeyUsername]),
+		Password: string(secret.Data[rolloutv1alpha1.SecretKeyPassword]),
+	}, nil
 }
 
 // expandQuery substitutes the placeholders {{namespace}}, {{statefulset}}, {{pod}}, {{ordinal}} and

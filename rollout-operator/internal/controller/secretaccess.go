@@ -15,7 +15,7 @@ import (
 // The operator reads credentials Secrets only in the namespaces of PhasedRollouts that name one
 // (shared/controllerutil SecretAccess): the manifest ships a ClusterRole granting `get` on Secrets
 // that is bound nowhere, and the operator binds it, with a RoleBinding, in each namespace where a
-// PhasedRollout has check.query.secretRef (and deletes that RoleBinding when none is left). It may
+// PhasedRollout has check.query.secretRef or check.webhook.secretRef (and deletes that RoleBinding when none is left). It may
 // create such bindings because it holds `bind` on that one ClusterRole, and the manifest's admission
 // policies (config/policy) admit from it only that RoleBinding, only in a namespace with a
 // PhasedRollout; it holds no Secret permission of its own, and Secrets are read uncached (a Get per
@@ -44,17 +44,24 @@ type SecretAccess = opsutil.SecretAccess
 func newRolloutSecretAccess(c client.Client, apiReader client.Reader, clusterRole string, subject rbacv1.Subject) *SecretAccess {
 	return &SecretAccess{
 		Client: c, APIReader: apiReader, Operator: managedByValue, ClusterRole: clusterRole, Subject: subject,
-		Purpose: "lets rollout-operator read the Secrets named by check.query.secretRef of the PhasedRollouts in this namespace; deleted when none is left",
+		Purpose: "lets rollout-operator read the Secrets named by check.query.secretRef or check.webhook.secretRef of the PhasedRollouts in this namespace; deleted when none is left",
 		Needed: func(ctx context.Context, namespace string) (bool, error) {
 			var list rolloutv1alpha1.PhasedRolloutList
 			if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
 				return false, err
 			}
 			return slices.ContainsFunc(list.Items, func(pr rolloutv1alpha1.PhasedRollout) bool {
-				return pr.DeletionTimestamp.IsZero() && pr.Spec.Check.Query != nil && pr.Spec.Check.Query.SecretRef != ""
+				return pr.DeletionTimestamp.IsZero() && namesSecret(&pr)
 			}), nil
 		},
 	}
+}
+
+// namesSecret reports whether pr's check reads a Secret: check.query.secretRef or
+// check.webhook.secretRef (the same grant serves both).
+func namesSecret(pr *rolloutv1alpha1.PhasedRollout) bool {
+	c := pr.Spec.Check
+	return (c.Query != nil && c.Query.SecretRef != "") || (c.Webhook != nil && c.Webhook.SecretRef != "")
 }
 
 // setupSecretAccess registers the controller that keeps the RoleBindings: it reconciles a namespace

@@ -26,7 +26,8 @@ var stalledBeyondCEL = map[string]bool{rolloutv1alpha1.ReasonInvalidQuery: true}
 // bad input of docs/bad-input.md; for every object the API server would accept:
 //   - checkSpec finds nothing, or only a problem of stalledBeyondCEL; then the conditions say Stalled
 //     with that reason and Ready False, and the operator does nothing else (the target stops there);
-//   - otherwise the operator acts: a step on a 3-replica StatefulSet named spec.targetRef judges a pod
+//   - otherwise the check is a query with a URL NormalizeURL accepts or a webhook with a URL
+//     callWebhook accepts (exactly one of the two), and the operator acts: a step on a 3-replica StatefulSet named spec.targetRef judges a pod
 //     with a valid name, its first check waits spec.check.initialDelaySeconds, and passing checks pass
 //     the step before check.maxTries fails it (the CRD's maxTries >= successThreshold rule).
 //
@@ -56,8 +57,19 @@ spec:
 		if skipCheck(pr) {
 			return // no checks: the StatefulSet rolls as a standard rolling update
 		}
-		if _, err := NormalizeURL(pr.Spec.Check.Query.URL); err != nil {
-			fail("check.query.url: %v", err)
+		switch q, wh := pr.Spec.Check.Query, pr.Spec.Check.Webhook; {
+		case q != nil && wh != nil:
+			fail("both check.query and check.webhook are set")
+		case q != nil:
+			if _, err := NormalizeURL(q.URL); err != nil {
+				fail("check.query.url: %v", err)
+			}
+		case wh != nil:
+			if _, err := webhookURL(wh.URL); err != nil {
+				fail("check.webhook.url: %v", err)
+			}
+		default:
+			fail("neither check.query nor check.webhook is set")
 		}
 		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: pr.Spec.TargetRef, Namespace: pr.Namespace}}
 		sts.Spec.Replicas = ptr.To(int32(3))

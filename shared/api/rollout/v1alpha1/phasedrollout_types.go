@@ -55,7 +55,7 @@ type RollingPodState string
 // PhasedRolloutSpec is the desired behaviour of a PhasedRollout: which StatefulSet it rolls and how
 // each step is checked.
 // +kubebuilder:validation:XValidation:rule="!has(self.skipCheck) || !has(self.standardRollingUpdate) || self.skipCheck == self.standardRollingUpdate",message="spec.skipCheck and spec.standardRollingUpdate are aliases and must not have different values",fieldPath=".standardRollingUpdate"
-// +kubebuilder:validation:XValidation:rule="(has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate) || (has(self.check) && has(self.check.query))",message="spec.check.query is required unless spec.skipCheck is true",fieldPath=".check.query"
+// +kubebuilder:validation:XValidation:rule="(has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate) || (has(self.check) && (has(self.check.query) || has(self.check.webhook)))",message="spec.check.query is required unless spec.skipCheck is true or spec.check.webhook is set",fieldPath=".check.query"
 type PhasedRolloutSpec struct {
 	// targetRef is the name of the StatefulSet, in the PhasedRollout's namespace, to manage. Its
 	// updateStrategy must be RollingUpdate; the operator owns
@@ -94,7 +94,8 @@ type PhasedRolloutSpec struct {
 
 	// check defines how every rollout step is verified before the next pod is rolled. When omitted,
 	// its defaults apply (initialDelaySeconds 60, periodSeconds 60, successThreshold 3, successWhen
-	// NoData, onFailure Pause), and check.query is then required unless skipCheck is true.
+	// NoData, onFailure Pause), and check.query (or check.webhook) is then required unless skipCheck is
+	// true.
 	// +optional
 	// +kubebuilder:default={}
 	Check Check `json:"check,omitzero"`
@@ -105,6 +106,7 @@ type PhasedRolloutSpec struct {
 // consecutive checks pass (the partition then moves by one) or maxTries checks have run (onFailure
 // then applies). An error or an unreachable Prometheus never counts as a pass.
 // +kubebuilder:validation:XValidation:rule="!has(self.maxTries) || !has(self.successThreshold) || self.maxTries >= self.successThreshold",message="spec.check.maxTries must be >= spec.check.successThreshold (otherwise no step can pass)",fieldPath=".maxTries"
+// +kubebuilder:validation:XValidation:rule="!(has(self.query) && has(self.webhook))",message="spec.check.query and spec.check.webhook are alternatives: set one of them",fieldPath=".webhook"
 type Check struct {
 	// initialDelaySeconds is how long, in seconds, to wait after the rolled pod and all other pods are
 	// available before the first check, so Prometheus has fresh data about the new pod. Defaults to
@@ -156,6 +158,13 @@ type Check struct {
 	// query is the Prometheus query each check runs. Required unless skipCheck is true.
 	// +optional
 	Query *PrometheusQuery `json:"query,omitempty"`
+
+	// webhook makes the check a webhook gate instead of a Prometheus query (query and webhook are
+	// alternatives): every check POSTs the step (rollout, StatefulSet, pod, partition, revisions) as
+	// JSON to webhook.url; a 2xx answer passes, any other answer or none fails. successWhen does not
+	// apply. See docs/rollout.md "Webhook gates" for the payload.
+	// +optional
+	Webhook *WebhookCheck `json:"webhook,omitempty"`
 }
 
 // PrometheusQuery describes the Prometheus instant query a check runs and how to reach Prometheus.
