@@ -194,6 +194,10 @@ func (r *Reconciler) dryRun(ctx context.Context, s *scope) (reconcile.Result, er
 		pr.Status.Message += "; " + d.Message
 		return reconcile.Result{}, nil // the dry run ended
 	}
+	if pr.Spec.Paused {
+		pr.Status.Message += "; the dry run is paused (spec.paused)"
+		return reconcile.Result{}, nil
+	}
 	real := pr.Status.RollingPodStatus
 	defer func() { pr.Status.RollingPodStatus = real }()
 	return r.simulateStep(ctx, s, d)

@@ -56,6 +56,7 @@ type RollingPodState string
 // each step is checked.
 // +kubebuilder:validation:XValidation:rule="!has(self.skipCheck) || !has(self.standardRollingUpdate) || self.skipCheck == self.standardRollingUpdate",message="spec.skipCheck and spec.standardRollingUpdate are aliases and must not have different values",fieldPath=".standardRollingUpdate"
 // +kubebuilder:validation:XValidation:rule="(has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate) || (has(self.check) && has(self.check.query))",message="spec.check.query is required unless spec.skipCheck is true",fieldPath=".check.query"
+// +kubebuilder:validation:XValidation:rule="!has(self.analysisOnly) || !self.analysisOnly || !((has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate))",message="spec.analysisOnly runs the checks: it cannot be combined with spec.skipCheck (or standardRollingUpdate) true",fieldPath=".analysisOnly"
 type PhasedRolloutSpec struct {
 	// targetRef is the name of the StatefulSet, in the PhasedRollout's namespace, to manage. Its
 	// updateStrategy must be RollingUpdate; the operator owns
@@ -113,7 +114,8 @@ type PhasedRolloutSpec struct {
 	// stays held at replicas as when idle, so no pod rolls. The steps are simulated: a simulated
 	// partition walks down as the checks pass, and each step's checks judge the pod that step would
 	// roll (which still runs the current revision: the checks see the old pods). For trying checks on
-	// production before trusting them. Unset means false.
+	// production before trusting them. spec.paused holds the dry run too. Cannot be combined with
+	// skipCheck true. Unset means false.
 	// +optional
 	AnalysisOnly bool `json:"analysisOnly,omitempty"`
 }
