@@ -163,19 +163,27 @@ func (r *Reconciler) afterStatus(ctx context.Context, s *scope) {
 }
 
 // dryRun runs the simulated rollout of spec.analysisOnly: the StatefulSet is held where it is (at
-// replicas, as when idle, unless a real rollout was under way: then its partition is frozen, phase
-// Paused), and a simulated step walks down from there, its checks judging the pod it would roll, with
+// replicas, as when idle and as a new rollout starts, unless a real rollout of this revision was under
+// way or failed: then its partition is frozen where it is, never raised, as raising it would roll pods
+// back), and a simulated step walks down from there, its checks judging the pod it would roll, with
 // WouldAdvance after each passed step and WouldFail when a step uses up maxTries (the dry run stops).
 func (r *Reconciler) dryRun(ctx context.Context, s *scope) (reconcile.Result, error) {
 	pr, sts, target := s.pr, s.sts, s.sts.Status.UpdateRevision
 	partition := s.replicas
-	if underWay(pr.Status.Phase) && pr.Status.UpdateRevision == target {
+	switch {
+	case pr.Status.Phase == rolloutv1alpha1.PhaseFailed && pr.Status.UpdateRevision == target:
+		partition = 0
+		if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+			partition = min(*ru.Partition, s.replicas)
+		}
+		s.setPhase(rolloutv1alpha1.PhaseFailed, "the rollout of revision %s failed at partition %d (Event RolloutFailed); spec.analysisOnly analyses it from there, the partition stays", target, partition)
+	case underWay(pr.Status.Phase) && pr.Status.UpdateRevision == target:
 		partition, _ = beginStep(s)
 		s.setPhase(rolloutv1alpha1.PhasePaused, "spec.analysisOnly freezes the rollout under way at partition %d", partition)
 		if s.orig.Status.Phase != rolloutv1alpha1.PhasePaused {
 			s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventPaused, "%s", pr.Status.Message)
 		}
-	} else {
+	default:
 		if !partitionHeld(sts, pr, s.replicas) {
 			if err := r.applyPartition(ctx, pr, sts, s.replicas, true); err != nil {
 				return reconcile.Result{}, err

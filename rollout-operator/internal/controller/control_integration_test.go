@@ -62,6 +62,13 @@ func (f *fixture) events(reason string) int {
 	return len(testsupport.Events(f.t, suite.Client, f.ns, "PhasedRollout", "pr", reason))
 }
 
+// waitEvents waits until the PhasedRollout "pr" has exactly n Events with reason (the recorder writes
+// them asynchronously).
+func (f *fixture) waitEvents(reason string, n int) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool { return f.events(reason) == n }, wait, tick, "%d Events %s", n, reason)
+}
+
 // rollingStuck starts a rollout of web-r2 over 3 pods whose checks always fail (no maxTries): the
 // first step (partition 3, pod web-2 checked before it rolls) never passes on its own.
 func rollingStuck(t *testing.T, checker *fakeChecker, mods ...func(*rolloutv1alpha1.PhasedRollout)) (*fixture, *partitionLog) {
@@ -90,7 +97,7 @@ func TestPauseHoldsMidRolloutAndResumes(t *testing.T) {
 	f.waitCondition(rolloutv1alpha1.ConditionReconciling, "False", rolloutv1alpha1.ReasonPaused)
 	assert.Equal(t, status.CurrentStatus, f.kstatusOf())
 	assert.Empty(t, testsupport.KstatusProblems(paused.Status.Conditions, paused.Generation))
-	assert.Equal(t, 1, f.events(rolloutv1alpha1.EventPaused))
+	f.waitEvents(rolloutv1alpha1.EventPaused, 1)
 	step := f.rollout().Status.RollingPodStatus
 	require.NotNil(t, step)
 	n := len(f.checksIn(checker))
@@ -105,7 +112,7 @@ func TestPauseHoldsMidRolloutAndResumes(t *testing.T) {
 
 	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Paused = false })
 	f.waitRolledTo("web-r2")
-	assert.Equal(t, 1, f.events(rolloutv1alpha1.EventResumed))
+	f.waitEvents(rolloutv1alpha1.EventResumed, 1)
 }
 
 // The promote annotation passes the current step once, skipping its initial delay (an hour here) and
@@ -133,7 +140,7 @@ func TestPromoteMovesExactlyOneStep(t *testing.T) {
 	testsupport.NeverWithin(t, 3*time.Second, 50*time.Millisecond, func() bool { return f.partition() != 2 }, "moved a second step")
 	values, _ := log.get()
 	assert.Equal(t, []int32{3, 2}, values)
-	assert.Equal(t, 1, f.events(rolloutv1alpha1.EventPromoted))
+	f.waitEvents(rolloutv1alpha1.EventPromoted, 1)
 	assert.Nil(t, f.rollout().Status.Promotion, "the record goes with the annotation")
 	assert.Empty(t, f.checksIn(checker), "no check ran: the promote skipped the initial delay")
 
@@ -148,7 +155,7 @@ func TestPromoteMovesExactlyOneStep(t *testing.T) {
 	g.waitPartition(2)
 	g.waitPhase(rolloutv1alpha1.PhaseFailed) // the next step fails on its own
 	assert.Equal(t, int32(2), g.partition())
-	assert.Equal(t, 1, g.events(rolloutv1alpha1.EventPromoted))
+	g.waitEvents(rolloutv1alpha1.EventPromoted, 1)
 }
 
 // A promote the operator recorded, then died after moving the partition and before writing the
@@ -201,7 +208,7 @@ func TestAbortKeepsThePartitionAndReports(t *testing.T) {
 	assert.Equal(t, status.FailedStatus, f.kstatusOf())
 	assert.False(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReady))
 	assert.Empty(t, testsupport.KstatusProblems(f.rollout().Status.Conditions, f.rollout().Generation))
-	assert.Equal(t, 1, f.events(rolloutv1alpha1.EventAborted))
+	f.waitEvents(rolloutv1alpha1.EventAborted, 1)
 	n := len(f.checksIn(checker))
 	checker.set(VerdictPass)
 	testsupport.NeverWithin(t, 3*time.Second, 50*time.Millisecond, func() bool {
@@ -210,7 +217,7 @@ func TestAbortKeepsThePartitionAndReports(t *testing.T) {
 
 	f.setAnnotation(rolloutv1alpha1.AbortAnnotation, nil)
 	f.waitRolledTo("web-r2")
-	assert.Equal(t, 1, f.events(rolloutv1alpha1.EventResumed))
+	f.waitEvents(rolloutv1alpha1.EventResumed, 1)
 }
 
 // spec.analysisOnly: the checks of every simulated step run (each on the pod the step would roll)
@@ -237,7 +244,7 @@ func TestAnalysisOnlyMovesNothing(t *testing.T) {
 	assert.Equal(t, int32(3), f.partition())
 	values, _ := log.get()
 	assert.Equal(t, []int32{3}, values, "the partition never moved")
-	assert.Equal(t, 4, f.events(rolloutv1alpha1.EventWouldAdvance))
+	f.waitEvents(rolloutv1alpha1.EventWouldAdvance, 4)
 	assert.Equal(t, []string{"web-2", "web-2", "web-1", "web-0"}, f.checksIn(checker), "each simulated step checks the pod it would roll")
 	f.waitCondition(rolloutv1alpha1.ConditionUpdated, "False", rolloutv1alpha1.ReasonAnalysisOnly)
 	assert.Equal(t, status.CurrentStatus, f.kstatusOf())
@@ -266,7 +273,7 @@ func TestAnalysisOnlyWouldFail(t *testing.T) {
 		return d != nil && d.WouldAdvance == rolloutv1alpha1.EventWouldFail
 	}, wait, tick, "the dry run would fail")
 	assert.Equal(t, int32(2), g.partition())
-	assert.Equal(t, 1, g.events(rolloutv1alpha1.EventWouldFail))
+	g.waitEvents(rolloutv1alpha1.EventWouldFail, 1)
 	assert.Contains(t, g.rollout().Status.Message, "would stop here")
 	assert.Equal(t, status.CurrentStatus, g.kstatusOf())
 }
@@ -287,5 +294,26 @@ func TestAvailableCondition(t *testing.T) {
 	c := f.waitCondition(rolloutv1alpha1.ConditionAvailable, "True", "AllReplicasAvailable")
 	assert.Contains(t, c.Message, "2 of 2")
 	assert.Equal(t, int32(2), f.partition(), "idle, partition held")
+	assert.Equal(t, status.CurrentStatus, f.kstatusOf())
+}
+
+// spec.analysisOnly set during a real rollout freezes it at its partition (never raised back to
+// replicas, which would roll the updated pods back): phase Paused, the simulated steps start there.
+func TestAnalysisOnlyFreezesARolloutUnderWay(t *testing.T) {
+	checker := newFakeChecker(VerdictFail)
+	startOperator(t, checker)
+	f, log := rollingStuck(t, checker)
+	f.setAnnotation(rolloutv1alpha1.PromoteAnnotation, ptr.To("1"))
+	f.waitPartition(2)
+
+	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.AnalysisOnly = true })
+	f.waitPhase(rolloutv1alpha1.PhasePaused)
+	require.Eventually(t, func() bool {
+		d := f.rollout().Status.DryRun
+		return d != nil && d.Step != nil && ptr.Deref(d.Step.Partition, -1) == 2 && d.Step.TotalChecks > 0
+	}, wait, tick, "the dry run checks the step at partition 2")
+	testsupport.NeverWithin(t, 2*time.Second, 50*time.Millisecond, func() bool { return f.partition() != 2 }, "the partition moved")
+	values, _ := log.get()
+	assert.Equal(t, []int32{3, 2}, values)
 	assert.Equal(t, status.CurrentStatus, f.kstatusOf())
 }
