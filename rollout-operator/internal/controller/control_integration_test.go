@@ -69,15 +69,23 @@ func (f *fixture) waitEvents(reason string, n int) {
 	require.Eventually(f.t, func() bool { return f.events(reason) == n }, wait, tick, "%d Events %s", n, reason)
 }
 
+// idleRollout creates a StatefulSet of replicas pods (the StatefulSet controller simulated) under
+// the PhasedRollout "pr", idle at revision web-r1.
+func idleRollout(t *testing.T, replicas int32, mods ...func(*rolloutv1alpha1.PhasedRollout)) (*fixture, *partitionLog) {
+	t.Helper()
+	f := newFixture(t, replicas, 0)
+	log := f.simulateStatefulSetController()
+	f.createOwnRollout(mods...)
+	f.waitPartition(replicas)
+	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	return f, log
+}
+
 // rollingStuck starts a rollout of web-r2 over 3 pods whose checks always fail (no maxTries): the
 // first step (partition 3, pod web-2 checked before it rolls) never passes on its own.
 func rollingStuck(t *testing.T, checker *fakeChecker, mods ...func(*rolloutv1alpha1.PhasedRollout)) (*fixture, *partitionLog) {
 	t.Helper()
-	f := newFixture(t, 3, 0)
-	log := f.simulateStatefulSetController()
-	f.createOwnRollout(mods...)
-	f.waitPartition(3)
-	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	f, log := idleRollout(t, 3, mods...)
 	f.newRevision("web-r2")
 	f.waitPhase(rolloutv1alpha1.PhaseRolling)
 	require.Eventually(t, func() bool { st := f.rollout().Status.RollingPodStatus; return st != nil && st.TotalChecks > 0 }, wait, tick, "checks run")
@@ -121,10 +129,7 @@ func TestPauseHoldsMidRolloutAndResumes(t *testing.T) {
 func TestPromoteMovesExactlyOneStep(t *testing.T) {
 	checker := newFakeChecker(VerdictFail)
 	startOperator(t, checker)
-	f := newFixture(t, 3, 0)
-	log := f.simulateStatefulSetController()
-	f.createOwnRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.InitialDelaySeconds = ptr.To[int32](3600) })
-	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	f, log := idleRollout(t, 3, func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.InitialDelaySeconds = ptr.To[int32](3600) })
 	f.newRevision("web-r2")
 	require.Eventually(t, func() bool {
 		st := f.rollout().Status.RollingPodStatus
@@ -145,10 +150,7 @@ func TestPromoteMovesExactlyOneStep(t *testing.T) {
 	assert.Empty(t, f.checksIn(checker), "no check ran: the promote skipped the initial delay")
 
 	// A Failed step: the promote retries and passes it.
-	g := newFixture(t, 3, 0)
-	g.simulateStatefulSetController()
-	g.createOwnRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.MaxTries = ptr.To[int32](2) })
-	g.waitPhase(rolloutv1alpha1.PhaseUpdated)
+	g, _ := idleRollout(t, 3, func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.MaxTries = ptr.To[int32](2) })
 	g.newRevision("web-r2")
 	g.waitPhase(rolloutv1alpha1.PhaseFailed)
 	g.setAnnotation(rolloutv1alpha1.PromoteAnnotation, ptr.To("go"))
@@ -226,13 +228,10 @@ func TestAbortKeepsThePartitionAndReports(t *testing.T) {
 func TestAnalysisOnlyMovesNothing(t *testing.T) {
 	checker := newFakeChecker(VerdictPass)
 	startOperator(t, checker)
-	f := newFixture(t, 3, 0)
-	log := f.simulateStatefulSetController()
-	f.createOwnRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
+	f, log := idleRollout(t, 3, func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.AnalysisOnly = true
 		pr.Spec.Check.SuccessThreshold = 1
 	})
-	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 	f.newRevision("web-r2")
 	require.Eventually(t, func() bool {
 		d := f.rollout().Status.DryRun
@@ -260,13 +259,10 @@ func TestAnalysisOnlyMovesNothing(t *testing.T) {
 // A dry run whose checks fail reports WouldFail once a step used up maxTries, and stops there.
 func TestAnalysisOnlyWouldFail(t *testing.T) {
 	startOperator(t, newFakeChecker(VerdictFail))
-	g := newFixture(t, 2, 0)
-	g.simulateStatefulSetController()
-	g.createOwnRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
+	g, _ := idleRollout(t, 2, func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.AnalysisOnly = true
 		pr.Spec.Check.MaxTries = ptr.To[int32](2)
 	})
-	g.waitPhase(rolloutv1alpha1.PhaseUpdated)
 	g.newRevision("web-r2")
 	require.Eventually(t, func() bool {
 		d := g.rollout().Status.DryRun
