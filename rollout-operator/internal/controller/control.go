@@ -197,6 +197,8 @@ func (r *Reconciler) dryRun(ctx context.Context, s *scope) (reconcile.Result, er
 	if d == nil || d.Revision != target {
 		d = &rolloutv1alpha1.DryRunStatus{Revision: target, Step: &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(partition)}}
 		pr.Status.DryRun = d
+		s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventAnalysisOnly,
+			"dry run of revision %s (spec.analysisOnly): every step's checks run from partition %d down, nothing rolls; see status.dryRun and the Events WouldAdvance, WouldFail", target, partition)
 	}
 	if d.Step == nil || d.WouldAdvance == rolloutv1alpha1.EventWouldFail {
 		pr.Status.Message += "; " + d.Message

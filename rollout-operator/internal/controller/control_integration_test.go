@@ -149,6 +149,18 @@ func TestPromoteMovesExactlyOneStep(t *testing.T) {
 	assert.Nil(t, f.rollout().Status.Promotion, "the record goes with the annotation")
 	assert.Empty(t, f.checksIn(checker), "no check ran: the promote skipped the initial delay")
 
+	// A promote while paused is kept until the rollout is resumed, then passes the step.
+	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Paused = true })
+	f.waitPhase(rolloutv1alpha1.PhasePaused)
+	f.setAnnotation(rolloutv1alpha1.PromoteAnnotation, ptr.To("go"))
+	testsupport.NeverWithin(t, 2*time.Second, 50*time.Millisecond, func() bool {
+		_, kept := f.rollout().Annotations[rolloutv1alpha1.PromoteAnnotation]
+		return f.partition() != 2 || !kept
+	}, "promoted while paused")
+	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Paused = false })
+	f.waitPartition(1)
+	f.waitEvents(rolloutv1alpha1.EventPromoted, 2)
+
 	// A Failed step: the promote retries and passes it.
 	g, _ := idleRollout(t, 3, func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.MaxTries = ptr.To[int32](2) })
 	g.newRevision("web-r2")
@@ -244,6 +256,7 @@ func TestAnalysisOnlyMovesNothing(t *testing.T) {
 	values, _ := log.get()
 	assert.Equal(t, []int32{3}, values, "the partition never moved")
 	f.waitEvents(rolloutv1alpha1.EventWouldAdvance, 4)
+	f.waitEvents(rolloutv1alpha1.EventAnalysisOnly, 1)
 	assert.Equal(t, []string{"web-2", "web-2", "web-1", "web-0"}, f.checksIn(checker), "each simulated step checks the pod it would roll")
 	f.waitCondition(rolloutv1alpha1.ConditionUpdated, "False", rolloutv1alpha1.ReasonAnalysisOnly)
 	assert.Equal(t, status.CurrentStatus, f.kstatusOf())

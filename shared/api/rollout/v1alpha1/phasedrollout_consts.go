@@ -145,5 +145,7 @@ const (
 	EventPromoted     = "Promoted"
 	EventAborted      = "Aborted"
 	EventWouldAdvance = "WouldAdvance"
+	// EventAnalysisOnly is recorded when a dry run starts analysing a revision.
+	EventAnalysisOnly = "AnalysisOnly"
 	EventWouldFail    = "WouldFail"
 )
