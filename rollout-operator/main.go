@@ -9,7 +9,8 @@ import (
 	"github.com/statefulops/statefulops/shared/manager"
 )
 
-// The operator reads and writes its own kind and records Events about it.
+// The operator reads and writes its own kind (patch also removes the sts.plus/promote annotation once
+// it acted on it) and records Events about it.
 // +kubebuilder:rbac:groups=sts.plus,resources=phasedrollouts,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=sts.plus,resources=phasedrollouts/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=sts.plus,resources=phasedrollouts/finalizers,verbs=update

@@ -216,6 +216,17 @@ func rolloutBadInputs() []badInput {
 			"  targetRef: web\n  skipCheck: true\n  standardRollingUpdate: false\n",
 			[]string{"spec.standardRollingUpdate", "spec.skipCheck"},
 		},
+		{
+			"analysisOnly with skipCheck (CEL)",
+			"  targetRef: web\n  skipCheck: true\n  analysisOnly: true\n",
+			[]string{"spec.analysisOnly", "cannot be combined with spec.skipCheck"},
+		},
+		{
+			"analysisOnly with standardRollingUpdate (CEL)",
+			"  targetRef: web\n  standardRollingUpdate: true\n  analysisOnly: true\n",
+			[]string{"spec.analysisOnly", "cannot be combined with spec.skipCheck"},
+		},
+		{"paused not a boolean", "  targetRef: web\n  paused: 'yes'\n  check:\n" + query, []string{"spec.paused"}},
 		{"no check block and checks not skipped (CEL)", "  targetRef: web\n", []string{"spec.check.query", "required unless spec.skipCheck"}},
 		{"check without query (CEL)", "  targetRef: web\n  skipCheck: false\n  check: {periodSeconds: 30}\n", []string{"spec.check.query", "required unless spec.skipCheck"}},
 		{"query.expr missing", "  targetRef: web\n  check:\n    query: {url: 'http://prometheus:9090'}\n", []string{"spec.check.query.expr", "Required value"}},

@@ -33,6 +33,9 @@ type scope struct {
 	// overheadStart is when the last passing check of a step ended, set when the step moved the
 	// partition: the status write ends the step's overhead (stepOverhead).
 	overheadStart *time.Time
+	// dropPromote is set when the promote annotation's promotion is spent (control.go): the
+	// annotation is removed once the status is written.
+	dropPromote bool
 }
 
 type pendingEvent struct {
@@ -96,6 +99,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, result reconcile
 	}
 	pr.Status.ObservedGeneration = pr.Generation
 	setConditions(pr)
+	setControlStatus(s)
 	setInvalidSpec(pr, s.invalid)
 	if _, serr := opsutil.PatchStatus(ctx, r.Client, pr, s.orig, opsutil.WithOptimisticLock()); serr != nil {
 		if err == nil {
@@ -107,6 +111,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, result reconcile
 		r.Recorder.Eventf(e.regarding, nil, e.kind, e.reason, e.reason, "%s", e.note)
 	}
 	r.waitingEvents(s)
+	r.afterStatus(ctx, s)
 	if s.overheadStart != nil {
 		stepOverhead.Observe(time.Since(*s.overheadStart).Seconds())
 	}

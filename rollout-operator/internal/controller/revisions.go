@@ -22,12 +22,13 @@ import (
 func (r *Reconciler) reconcileRevisions(ctx context.Context, s *scope) (reconcile.Result, error) {
 	pr, sts := s.pr, s.sts
 	target := sts.Status.UpdateRevision
-	inRollout := pr.Status.UpdateRevision == target &&
-		(pr.Status.Phase == rolloutv1alpha1.PhaseRolling || pr.Status.Phase == rolloutv1alpha1.PhaseVerifying)
+	inRollout := pr.Status.UpdateRevision == target && underWay(pr.Status.Phase)
 	if err := r.recordReplicas(ctx, s, inRollout); err != nil {
 		return reconcile.Result{}, err
 	}
 	switch {
+	case pr.Spec.AnalysisOnly && sts.Status.CurrentRevision != target:
+		return r.dryRun(ctx, s)
 	case inRollout:
 		return r.step(ctx, s)
 	case pr.Status.UpdateRevision == target && pr.Status.Phase == rolloutv1alpha1.PhaseFailed && sts.Status.CurrentRevision != target:
@@ -56,10 +57,10 @@ func (r *Reconciler) recordReplicas(ctx context.Context, s *scope, inRollout boo
 }
 
 // retryFailed keeps a failed rollout stopped, partition where it is, until the PhasedRollout is
-// changed; then it runs the step again.
+// changed or promoted (sts.plus/promote, control.go); then it runs the step again.
 func (r *Reconciler) retryFailed(ctx context.Context, s *scope) (reconcile.Result, error) {
 	pr := s.pr
-	if pr.Status.ObservedGeneration == pr.Generation {
+	if pr.Status.ObservedGeneration == pr.Generation && !promotePending(pr) {
 		// Stay stopped; the partition stays where it is. Editing the PhasedRollout retries.
 		return reconcile.Result{}, nil
 	}

@@ -28,7 +28,8 @@ func setConditions(pr *rolloutv1alpha1.PhasedRollout) {
 		reason = "Unknown"
 	}
 	msg := pr.Status.Message
-	bad := phase == rolloutv1alpha1.PhaseFailed || phase == rolloutv1alpha1.PhaseErrorCannotManage || phase == rolloutv1alpha1.PhaseErrorSTSNotFound
+	bad := phase == rolloutv1alpha1.PhaseFailed || phase == rolloutv1alpha1.PhaseErrorCannotManage || phase == rolloutv1alpha1.PhaseErrorSTSNotFound ||
+		phase == rolloutv1alpha1.PhaseAborted
 	set(rolloutv1alpha1.ConditionReady, !bad && pr.Status.LastError == "", reason, msg)
 	set(rolloutv1alpha1.ConditionUpdated, phase == rolloutv1alpha1.PhaseUpdated, reason, msg)
 	set(rolloutv1alpha1.ConditionProgressing, phase == rolloutv1alpha1.PhaseRolling || phase == rolloutv1alpha1.PhaseVerifying, reason, msg)

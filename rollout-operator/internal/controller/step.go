@@ -24,12 +24,18 @@ import (
 // check; move the partition after successThreshold consecutive passes.
 func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, error) {
 	partition, ordinal := beginStep(s)
+	if held(s, partition) {
+		return reconcile.Result{}, nil
+	}
 	ready, err := r.podsReadyForCheck(ctx, s, partition)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if !ready {
 		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
+	}
+	if res, done, err := r.promoteStep(ctx, s, partition); done {
+		return res, err
 	}
 	if wait := checkWait(s); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil

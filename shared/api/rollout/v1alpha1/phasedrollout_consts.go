@@ -113,3 +113,39 @@ const (
 	// SecretKeyPassword is the Secret key of the basic-authentication password.
 	SecretKeyPassword = "password"
 )
+
+// s8c (issue 18): pause, promote, abort, dry run, health-tool conditions.
+const (
+	// PhasePaused: spec.paused holds a rollout under way; the partition and the step's progress are kept.
+	PhasePaused PhasedRolloutPhase = "Paused"
+	// PhaseAborted: the AbortAnnotation stopped a rollout under way; the partition is kept (no pod is
+	// rolled back by the operator). Removing the annotation resumes the step.
+	PhaseAborted PhasedRolloutPhase = "Aborted"
+
+	// ConditionAvailable (for health tools) is True when every replica of the StatefulSet is
+	// available (status.availableReplicas >= spec.replicas), whether idle with the partition held or
+	// during a healthy rollout.
+	ConditionAvailable = "Available"
+	// ReasonPaused is the reason of Reconciling=False while spec.paused holds the rollout (kstatus
+	// Current: intentionally not progressing).
+	ReasonPaused = "Paused"
+	// ReasonAnalysisOnly is the reason of the conditions while spec.analysisOnly runs a dry run.
+	ReasonAnalysisOnly = "AnalysisOnly"
+
+	// PromoteAnnotation on the PhasedRollout (any value) passes the current step once, skipping its
+	// remaining waits (initial delay, period, remaining passes; not the wait for the rolled pod to be
+	// updated and available); the operator then removes it.
+	PromoteAnnotation = "sts.plus/promote"
+	// AbortAnnotation on the PhasedRollout (any value) stops the rollout under way and keeps the
+	// partition; removing it resumes.
+	AbortAnnotation = "sts.plus/abort"
+
+	EventPaused       = "Paused"
+	EventResumed      = "Resumed"
+	EventPromoted     = "Promoted"
+	EventAborted      = "Aborted"
+	EventWouldAdvance = "WouldAdvance"
+	// EventAnalysisOnly is recorded when a dry run starts analysing a revision.
+	EventAnalysisOnly = "AnalysisOnly"
+	EventWouldFail    = "WouldFail"
+)

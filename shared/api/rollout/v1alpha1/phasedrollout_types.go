@@ -45,7 +45,7 @@ const (
 )
 
 // PhasedRolloutPhase is the coarse state of a PhasedRollout (status.phase).
-// +kubebuilder:validation:Enum=Rolling;Verifying;Updated;Failed;Suspended;ErrorCannotManage;ErrorSTSNotFound
+// +kubebuilder:validation:Enum=Rolling;Verifying;Updated;Failed;Suspended;ErrorCannotManage;ErrorSTSNotFound;Paused;Aborted
 type PhasedRolloutPhase string
 
 // RollingPodState is the state of the current rollout step (status.rollingPodStatus.status).
@@ -56,6 +56,7 @@ type RollingPodState string
 // each step is checked.
 // +kubebuilder:validation:XValidation:rule="!has(self.skipCheck) || !has(self.standardRollingUpdate) || self.skipCheck == self.standardRollingUpdate",message="spec.skipCheck and spec.standardRollingUpdate are aliases and must not have different values",fieldPath=".standardRollingUpdate"
 // +kubebuilder:validation:XValidation:rule="(has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate) || (has(self.check) && (has(self.check.query) || has(self.check.webhook)))",message="spec.check.query is required unless spec.skipCheck is true or spec.check.webhook is set",fieldPath=".check.query"
+// +kubebuilder:validation:XValidation:rule="!has(self.analysisOnly) || !self.analysisOnly || !((has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate))",message="spec.analysisOnly runs the checks: it cannot be combined with spec.skipCheck (or standardRollingUpdate) true",fieldPath=".analysisOnly"
 type PhasedRolloutSpec struct {
 	// targetRef is the name of the StatefulSet, in the PhasedRollout's namespace, to manage. Its
 	// updateStrategy must be RollingUpdate; the operator owns
@@ -99,6 +100,25 @@ type PhasedRolloutSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Check Check `json:"check,omitzero"`
+
+	// --- s8c: pause, dry run (issue 18). The annotations sts.plus/promote and sts.plus/abort complete them.
+
+	// paused, when true, holds the rollout where it is: the partition does not move and no check runs;
+	// the step's progress (its passes, its timers) is kept, so setting it back to false continues the
+	// step. A rollout under way shows phase Paused; a new revision arriving while paused is held at
+	// the partition = replicas. Unset means false.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// analysisOnly, when true, is a dry run: every check runs at every step and the operator reports
+	// what it would have done (status.dryRun, Events WouldAdvance and WouldFail), but the partition
+	// stays held at replicas as when idle, so no pod rolls. The steps are simulated: a simulated
+	// partition walks down as the checks pass, and each step's checks judge the pod that step would
+	// roll (which still runs the current revision: the checks see the old pods). For trying checks on
+	// production before trusting them. spec.paused holds the dry run too. Cannot be combined with
+	// skipCheck true. Unset means false.
+	// +optional
+	AnalysisOnly bool `json:"analysisOnly,omitempty"`
 }
 
 // Check describes how a rollout step is verified: after the rolled pod is updated and every pod is
@@ -209,7 +229,9 @@ type PhasedRolloutStatus struct {
 	// phase is the coarse state: "Rolling" (a rollout is in progress), "Verifying" (every pod is
 	// updated and the last pod's checks are running), "Updated" (idle: the rollout finished, or nothing
 	// to roll and the partition is held at replicas; the original project's value), "Failed" (a step used up check.maxTries), "Suspended" (skipCheck is true),
-	// "ErrorCannotManage" (e.g. the StatefulSet's updateStrategy is OnDelete) or "ErrorSTSNotFound".
+	// "ErrorCannotManage" (e.g. the StatefulSet's updateStrategy is OnDelete), "ErrorSTSNotFound",
+	// "Paused" (spec.paused holds a rollout under way) or "Aborted" (the sts.plus/abort annotation
+	// stopped it).
 	// +optional
 	Phase PhasedRolloutPhase `json:"phase,omitempty"`
 
@@ -265,14 +287,62 @@ type PhasedRolloutStatus struct {
 	// +optional
 	LastError string `json:"lastError,omitempty"`
 
+	// --- s8c: promote, dry run (issue 18).
+
+	// promotion records the last sts.plus/promote annotation the operator acted on: its value and the
+	// partition of the step it passed. Recorded before the partition moves, so a promote passes
+	// exactly one step, even when the operator restarts between the move and the annotation's removal.
+	// +optional
+	Promotion *PromotionRecord `json:"promotion,omitempty"`
+
+	// dryRun is what spec.analysisOnly would have done: the simulated step and its last verdict.
+	// +optional
+	DryRun *DryRunStatus `json:"dryRun,omitempty"`
+
 	// conditions describe the state in detail: "Ready" (the summary), "Updated" (the StatefulSet runs
-	// its update revision on every pod and the last step passed), plus "Progressing" and "Degraded".
+	// its update revision on every pod and the last step passed), plus "Progressing" and "Degraded",
+	// the kstatus pair "Reconciling" and "Stalled", and "Available" (every replica of the StatefulSet
+	// is available).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+}
+
+// PromotionRecord is one sts.plus/promote annotation the operator acted on.
+type PromotionRecord struct {
+	// value is the annotation's value.
+	// +kubebuilder:validation:MaxLength=256
+	Value string `json:"value"`
+	// partition is the partition of the step the promotion passed.
+	// +kubebuilder:validation:Minimum=0
+	Partition int32 `json:"partition"`
+	// time is when the operator accepted the promotion.
+	Time metav1.Time `json:"time"`
+}
+
+// DryRunStatus is the state of a dry run (spec.analysisOnly): the simulated step and what the
+// operator would have done after its checks.
+type DryRunStatus struct {
+	// revision is the update revision the dry run analyses.
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// step is the simulated step: its partition is the one the StatefulSet would have now (it walks
+	// down as the checks pass), its pod the one that step would roll and whose checks run, with the
+	// step's counters as in status.rollingPodStatus.
+	// +optional
+	Step *RollingPodStatus `json:"step,omitempty"`
+	// wouldAdvance is the last decision of the checks: "WouldAdvance" (a step passed: the partition
+	// would have moved by one, or at partition 0 the rollout would be complete) or "WouldFail" (a step
+	// used up check.maxTries: the rollout would have stopped; the dry run stops there).
+	// +optional
+	// +kubebuilder:validation:Enum=WouldAdvance;WouldFail
+	WouldAdvance string `json:"wouldAdvance,omitempty"`
+	// message says what would have been done, in words.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // ScaleUpRecord is a scale-up of the StatefulSet seen during a rollout.
