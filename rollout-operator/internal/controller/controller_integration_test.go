@@ -123,6 +123,7 @@ func TestPrometheusErrorsNeverPass(t *testing.T) {
 	f.waitPartition(2)
 	f.newRevision("web-r2")
 	pr := f.waitCheckErrors(3)
+	assert.Equal(t, rolloutv1alpha1.StepPrometheusError, pr.Status.RollingPodStatus.Status)
 	assert.Contains(t, pr.Status.LastError, "fake error")
 	assert.Equal(t, int32(2), f.partition())
 }
