@@ -15,10 +15,16 @@ import (
 // The query of a step's check: spec.check with its placeholders filled for the pod under check, and
 // the credentials of its Secret. prometheus.go runs it.
 
-// check builds the query of the current step and runs it.
+// check builds the query of the current step's spec.check and runs it.
 func (r *Reconciler) check(ctx context.Context, s *scope, ordinal int32) CheckResult {
+	return r.runQuery(ctx, s, ordinal, &s.pr.Spec.Check)
+}
+
+// runQuery builds the query of one check of the current step (spec.check or a spec.checks element)
+// and runs it.
+func (r *Reconciler) runQuery(ctx context.Context, s *scope, ordinal int32, c *rolloutv1alpha1.Check) CheckResult {
 	pr := s.pr
-	q := pr.Spec.Check.Query
+	q := c.Query
 	if q == nil {
 		return CheckResult{Verdict: VerdictError, Message: "spec.check.query is not set"}
 	}
@@ -26,8 +32,10 @@ func (r *Reconciler) check(ctx context.Context, s *scope, ordinal int32) CheckRe
 		URL:                q.URL,
 		Expr:               expandQuery(q.Expr, pr.Namespace, s.sts.Name, pr.Status.RollingPodStatus.Pod, ordinal, pr.Status.UpdateRevision),
 		InsecureSkipVerify: q.InsecureSkipVerify,
-		SuccessWhen:        pr.Spec.Check.SuccessWhen,
+		SuccessWhen:        c.SuccessWhen,
 		Timeout:            r.QueryTimeout,
+		SuccessCondition:   c.SuccessCondition,
+		NoDataPolicy:       c.NoDataPolicy,
 	}
 	if q.SecretRef != "" {
 		if r.SecretAccess != nil {
