@@ -6,12 +6,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/ptr"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // Several checks per step and richer verdicts, against a real Prometheus scraping an exporter the
@@ -269,4 +272,38 @@ func TestErrorPolicies(t *testing.T) {
 		}()
 		f.waitRolledTo("web-r2")
 	})
+}
+
+// TestInvalidSuccessConditionStallsAtOnce: a successCondition that does not compile (CEL cannot
+// compile CEL, so the API server accepts it) is reported at once, before any rollout: Stalled with the
+// compiler's message, a Warning Event, the StatefulSet untouched; so is an invalid query of a
+// spec.checks element. Fixing them clears it.
+func TestInvalidSuccessConditionStallsAtOnce(t *testing.T) {
+	startOperator(t, newFakeChecker(VerdictPass))
+	f := newFixture(t, 2, 0)
+	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.SuccessCondition = "result <" })
+	c := f.waitCondition(rolloutv1alpha1.ConditionStalled, "True", rolloutv1alpha1.ReasonInvalidSuccessCondition)
+	assert.Contains(t, c.Message, "spec.check.successCondition does not compile")
+	assert.Contains(t, c.Message, "Syntax error", "the compiler's own message")
+	assert.False(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReady))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.ReasonInvalidSuccessCondition)
+		if assert.Len(c, evs, 1) {
+			assert.Equal(c, corev1.EventTypeWarning, evs[0].Type)
+			assert.Contains(c, evs[0].Note, "Syntax error")
+		}
+	}, wait, tick, "InvalidSuccessCondition Event")
+	_, annotated := f.sts().Annotations[rolloutv1alpha1.ManagedByAnnotation]
+	assert.False(t, annotated, "the StatefulSet is untouched")
+
+	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
+		pr.Spec.Check.SuccessCondition = "result < 1"
+		pr.Spec.Checks = []rolloutv1alpha1.NamedCheck{promCheck("latency", "prom:9090", `latency{`)}
+	})
+	c = f.waitCondition(rolloutv1alpha1.ConditionStalled, "True", rolloutv1alpha1.ReasonInvalidQuery)
+	assert.Contains(t, c.Message, "spec.checks[latency].query.expr is not valid PromQL")
+
+	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Checks[0].Query.Expr = `latency` })
+	f.waitCondition(rolloutv1alpha1.ConditionStalled, "False", string(rolloutv1alpha1.PhaseUpdated))
+	f.waitPartition(2)
 }
