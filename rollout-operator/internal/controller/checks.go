@@ -41,9 +41,9 @@ func stepChecks(pr *rolloutv1alpha1.PhasedRollout) []namedCheck {
 }
 
 // usesCheckSet reports whether the steps run runChecks: spec.checks is not empty or spec.check has a
-// verdict field.
+// query and a verdict field.
 func usesCheckSet(pr *rolloutv1alpha1.PhasedRollout) bool {
-	return len(pr.Spec.Checks) > 0 || pr.Spec.Check.CheckVerdict != (rolloutv1alpha1.CheckVerdict{})
+	return len(pr.Spec.Checks) > 0 || (pr.Spec.Check.Query != nil && pr.Spec.Check.CheckVerdict != (rolloutv1alpha1.CheckVerdict{}))
 }
 
 // runChecks runs every check of the current step that is due and has not passed yet, records each

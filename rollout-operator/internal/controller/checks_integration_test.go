@@ -3,10 +3,15 @@
 package controller
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -53,6 +58,29 @@ func checkStatus(pr *rolloutv1alpha1.PhasedRollout, name string) rolloutv1alpha1
 	return rolloutv1alpha1.CheckStatus{}
 }
 
+// createOwnRollout creates the PhasedRollout "pr" and deletes it when the test ends, so that the
+// operators of later tests (which reconcile every namespace) do not run its checks.
+func (f *fixture) createOwnRollout(mods ...func(*rolloutv1alpha1.PhasedRollout)) *rolloutv1alpha1.PhasedRollout {
+	f.t.Helper()
+	pr := f.createRollout(mods...)
+	f.t.Cleanup(func() { _ = suite.Client.Delete(context.Background(), pr) })
+	return pr
+}
+
+// rollToAndWaitRuns starts the rollout to web-r2 from an idle StatefulSet of 2 and waits until check
+// name has run n times (tries) in the first step.
+func (f *fixture) rollToAndWaitRuns(name string, n int32) *rolloutv1alpha1.PhasedRollout {
+	f.t.Helper()
+	f.waitPartition(2)
+	f.newRevision("web-r2")
+	var pr *rolloutv1alpha1.PhasedRollout
+	require.Eventually(f.t, func() bool {
+		pr = f.rollout()
+		return checkStatus(pr, name).TotalChecks >= n
+	}, wait, tick, "check %s ran %d times", name, n)
+	return pr
+}
+
 // promWithApp starts Prometheus scraping an exporter whose series are set, and waits until it has them.
 func promWithApp(t *testing.T, series map[string]string) (*exporter, *promServer) {
 	t.Helper()
@@ -73,19 +101,13 @@ func TestSeveralChecksEveryOneMustPass(t *testing.T) {
 	startOperator(t, nil)
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
-	f.createRollout(withChecks(
+	f.createOwnRollout(withChecks(
 		promCheck("errors", prom.URL, `app_errors{pod="{{pod}}"} > 0`),
 		promCheck("latency", prom.URL, `app_latency_seconds{pod="{{pod}}"}`, func(c *rolloutv1alpha1.NamedCheck) {
 			c.SuccessCondition = "result < 0.5"
 		}),
 	))
-	f.waitPartition(2)
-	f.newRevision("web-r2")
-	var pr *rolloutv1alpha1.PhasedRollout
-	require.Eventually(t, func() bool {
-		pr = f.rollout()
-		return checkStatus(pr, "latency").TotalChecks >= 3
-	}, wait, tick, "latency checked 3 times")
+	pr := f.rollToAndWaitRuns("latency", 3)
 	assert.Equal(t, int32(2), f.partition(), "the partition did not move")
 	errs, lat := checkStatus(pr, "errors"), checkStatus(pr, "latency")
 	assert.True(t, errs.Passed)
@@ -111,20 +133,14 @@ func TestChecksRunOnTheirOwnPeriods(t *testing.T) {
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
 	failing := func(c *rolloutv1alpha1.NamedCheck) { c.SuccessWhen = rolloutv1alpha1.SuccessWhenDataReturned }
-	f.createRollout(withChecks(
+	f.createOwnRollout(withChecks(
 		promCheck("fast", prom.URL, `app_missing`, failing),
 		promCheck("slow", prom.URL, `app_missing`, failing, func(c *rolloutv1alpha1.NamedCheck) {
 			c.InitialDelaySeconds = ptr.To[int32](3)
 			c.PeriodSeconds = 6
 		}),
 	))
-	f.waitPartition(2)
-	f.newRevision("web-r2")
-	var pr *rolloutv1alpha1.PhasedRollout
-	require.Eventually(t, func() bool {
-		pr = f.rollout()
-		return checkStatus(pr, "slow").TotalChecks >= 2
-	}, wait, tick)
+	pr := f.rollToAndWaitRuns("slow", 2)
 	fast, slow := checkStatus(pr, "fast"), checkStatus(pr, "slow")
 	assert.GreaterOrEqual(t, fast.TotalChecks, slow.TotalChecks+2, "fast (period 1s) ran more often than slow (delay 3s, period 6s)")
 	assert.GreaterOrEqual(t, slow.LastCheckTime.Sub(pr.Status.RollingPodStatus.PodsReadyTime.Time), 9*time.Second, "slow's second run is at least delay+period after the pods were ready")
@@ -140,7 +156,7 @@ func TestSeedCheckWithSuccessConditionAndAnotherCheck(t *testing.T) {
 	startOperator(t, nil)
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
-	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
+	f.createOwnRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.Check.SuccessThreshold = 1
 		pr.Spec.Check.Query.URL = prom.URL
 		pr.Spec.Check.Query.Expr = `app_ok`
@@ -170,7 +186,7 @@ func TestNoDataPolicies(t *testing.T) {
 	create := func(t *testing.T, policy rolloutv1alpha1.NoDataPolicy) *fixture {
 		f := newFixture(t, 2, 0)
 		f.simulateStatefulSetController()
-		f.createRollout(withChecks(promCheck("latency", prom.URL, `app_missing`, func(c *rolloutv1alpha1.NamedCheck) {
+		f.createOwnRollout(withChecks(promCheck("latency", prom.URL, `app_missing`, func(c *rolloutv1alpha1.NamedCheck) {
 			c.SuccessCondition = "result < 0.5"
 			c.NoDataPolicy = policy
 			c.MaxTries = ptr.To[int32](2)
@@ -220,7 +236,7 @@ func TestErrorPolicies(t *testing.T) {
 		f := newFixture(t, 2, 0)
 		f.simulateStatefulSetController()
 		// vector(1) answers one sample as soon as Prometheus answers, scraped or not.
-		f.createRollout(withChecks(promCheck("up", prom.URL, `vector(1)`, func(c *rolloutv1alpha1.NamedCheck) {
+		f.createOwnRollout(withChecks(promCheck("up", prom.URL, `vector(1)`, func(c *rolloutv1alpha1.NamedCheck) {
 			c.SuccessWhen = rolloutv1alpha1.SuccessWhenDataReturned
 			c.ErrorPolicy = policy
 			c.MaxTries = ptr.To[int32](2)
@@ -281,7 +297,7 @@ func TestErrorPolicies(t *testing.T) {
 func TestInvalidSuccessConditionStallsAtOnce(t *testing.T) {
 	startOperator(t, newFakeChecker(VerdictPass))
 	f := newFixture(t, 2, 0)
-	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.SuccessCondition = "result <" })
+	f.createOwnRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.SuccessCondition = "result <" })
 	c := f.waitCondition(rolloutv1alpha1.ConditionStalled, "True", rolloutv1alpha1.ReasonInvalidSuccessCondition)
 	assert.Contains(t, c.Message, "spec.check.successCondition does not compile")
 	assert.Contains(t, c.Message, "Syntax error", "the compiler's own message")
@@ -306,4 +322,35 @@ func TestInvalidSuccessConditionStallsAtOnce(t *testing.T) {
 	f.updateRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Checks[0].Query.Expr = `latency` })
 	f.waitCondition(rolloutv1alpha1.ConditionStalled, "False", string(rolloutv1alpha1.PhaseUpdated))
 	f.waitPartition(2)
+}
+
+// TestRollbackWinsAmongFailingChecks: two checks use up their maxTries in the same step, one with
+// onFailure Pause, one with Rollback: the step fails, names both, and the template is rolled back.
+func TestRollbackWinsAmongFailingChecks(t *testing.T) {
+	startOperator(t, newFakeChecker(VerdictFail))
+	f := newFixture(t, 2, 0)
+	f.simulateStatefulSetController()
+	require.NoError(t, suite.Client.Create(t.Context(), &appsv1.ControllerRevision{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-r1", Namespace: f.ns},
+		Data:       runtime.RawExtension{Raw: []byte(`{"spec":{"template":{"$patch":"replace","metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"app","image":"app:1"}]}}}}`)},
+		Revision:   1,
+	}))
+	tries := func(c *rolloutv1alpha1.NamedCheck) { c.MaxTries = ptr.To[int32](2) }
+	f.createOwnRollout(withChecks(
+		promCheck("pause", "prom:9090", "a", tries),
+		promCheck("rollback", "prom:9090", "b", tries, func(c *rolloutv1alpha1.NamedCheck) { c.OnFailure = rolloutv1alpha1.OnFailureRollback }),
+	))
+	f.waitPartition(2)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sts := f.sts()
+		sts.Spec.Template.Spec.Containers[0].Image = "app:2"
+		return suite.Client.Update(t.Context(), sts)
+	}))
+	f.newRevision("web-r2")
+	pr := f.waitPhase(rolloutv1alpha1.PhaseFailed)
+	assert.Contains(t, pr.Status.Message, `check "pause" used up maxTries=2`)
+	assert.Contains(t, pr.Status.Message, `check "rollback" used up maxTries=2`)
+	assert.Contains(t, pr.Status.Message, "set back to revision web-r1")
+	assert.Equal(t, "app:1", f.sts().Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, int32(2), f.partition())
 }
