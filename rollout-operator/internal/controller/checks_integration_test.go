@@ -354,3 +354,30 @@ func TestRollbackWinsAmongFailingChecks(t *testing.T) {
 	assert.Equal(t, "app:1", f.sts().Spec.Template.Spec.Containers[0].Image)
 	assert.Equal(t, int32(2), f.partition())
 }
+
+// TestSeedOnlySpecReportsItsCheck: a spec with only spec.check runs as before (the step-level
+// counters) and also reports it as the check "check" in status.rollingPodStatus.checks.
+func TestSeedOnlySpecReportsItsCheck(t *testing.T) {
+	checker := newFakeChecker(VerdictFail)
+	startOperator(t, checker)
+	f := newFixture(t, 2, 0)
+	f.simulateStatefulSetController()
+	f.createOwnRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.MaxTries = ptr.To[int32](3) })
+	f.waitPartition(2)
+	f.newRevision("web-r2")
+	pr := f.waitPhase(rolloutv1alpha1.PhaseFailed)
+	st := pr.Status.RollingPodStatus
+	require.Len(t, st.Checks, 1)
+	cs := st.Checks[0]
+	assert.Equal(t, rolloutv1alpha1.SeedCheckName, cs.Name)
+	assert.Equal(t, rolloutv1alpha1.CheckResultFail, cs.LastResult)
+	assert.Equal(t, "fake fail", cs.LastValue)
+	assert.Equal(t, int32(3), st.TotalChecks)
+	assert.Equal(t, st.TotalChecks, cs.TotalChecks)
+	assert.Equal(t, st.TotalFailedChecks, cs.TotalFailedChecks)
+	assert.Equal(t, st.ConsecutiveFailedChecks, cs.ConsecutiveFailedChecks)
+	assert.Equal(t, st.LastCheckTime, cs.LastCheckTime)
+	assert.False(t, cs.Passed)
+	assert.Nil(t, st.PodsReadyTime, "the seed path is unchanged: no podsReadyTime")
+	assert.NotEmpty(t, checker.recorded())
+}
