@@ -114,16 +114,18 @@ func (run *checkRun) requeue(d time.Duration) {
 // partition; otherwise the step waits for its next due check in its state.
 func (r *Reconciler) decideChecks(ctx context.Context, s *scope, partition int32, checks []namedCheck, run checkRun) (reconcile.Result, error) {
 	pr, st := s.pr, s.pr.Status.RollingPodStatus
-	erroring := false
+	erroring, paused := false, false
 	for i, c := range checks {
 		if cs := st.Checks[i]; !cs.Passed && cs.LastResult == rolloutv1alpha1.CheckResultError {
 			erroring = true
-			if c.spec.ErrorPolicy == rolloutv1alpha1.ErrorPause {
-				st.Status = rolloutv1alpha1.StepCheckError
-			} else if st.Status != rolloutv1alpha1.StepCheckError {
-				st.Status = rolloutv1alpha1.StepPrometheusError
-			}
+			paused = paused || c.spec.ErrorPolicy == rolloutv1alpha1.ErrorPause
 		}
+	}
+	switch {
+	case paused:
+		st.Status = rolloutv1alpha1.StepCheckError
+	case erroring:
+		st.Status = rolloutv1alpha1.StepPrometheusError
 	}
 	switch {
 	case len(run.errors) > 0:
