@@ -302,13 +302,7 @@ func TestInvalidSuccessConditionStallsAtOnce(t *testing.T) {
 	assert.Contains(t, c.Message, "spec.check.successCondition does not compile")
 	assert.Contains(t, c.Message, "Syntax error", "the compiler's own message")
 	assert.False(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReady))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.ReasonInvalidSuccessCondition)
-		if assert.Len(c, evs, 1) {
-			assert.Equal(c, corev1.EventTypeWarning, evs[0].Type)
-			assert.Contains(c, evs[0].Note, "Syntax error")
-		}
-	}, wait, tick, "InvalidSuccessCondition Event")
+	f.waitOneWarning(rolloutv1alpha1.ReasonInvalidSuccessCondition, "Syntax error")
 	_, annotated := f.sts().Annotations[rolloutv1alpha1.ManagedByAnnotation]
 	assert.False(t, annotated, "the StatefulSet is untouched")
 
@@ -330,22 +324,14 @@ func TestRollbackWinsAmongFailingChecks(t *testing.T) {
 	startOperator(t, newFakeChecker(VerdictFail))
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
-	require.NoError(t, suite.Client.Create(t.Context(), &appsv1.ControllerRevision{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-r1", Namespace: f.ns},
-		Data:       runtime.RawExtension{Raw: []byte(`{"spec":{"template":{"$patch":"replace","metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"app","image":"app:1"}]}}}}`)},
-		Revision:   1,
-	}))
+	f.createCurrentRevision()
 	tries := func(c *rolloutv1alpha1.NamedCheck) { c.MaxTries = ptr.To[int32](2) }
 	f.createOwnRollout(withChecks(
 		promCheck("pause", "prom:9090", "a", tries),
 		promCheck("rollback", "prom:9090", "b", tries, func(c *rolloutv1alpha1.NamedCheck) { c.OnFailure = rolloutv1alpha1.OnFailureRollback }),
 	))
 	f.waitPartition(2)
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		sts := f.sts()
-		sts.Spec.Template.Spec.Containers[0].Image = "app:2"
-		return suite.Client.Update(t.Context(), sts)
-	}))
+	f.setImage("app:2")
 	f.newRevision("web-r2")
 	pr := f.waitPhase(rolloutv1alpha1.PhaseFailed)
 	assert.Contains(t, pr.Status.Message, `check "pause" used up maxTries=2`)
@@ -380,4 +366,37 @@ func TestSeedOnlySpecReportsItsCheck(t *testing.T) {
 	assert.False(t, cs.Passed)
 	assert.Nil(t, st.PodsReadyTime, "the seed path is unchanged: no podsReadyTime")
 	assert.NotEmpty(t, checker.recorded())
+}
+
+// waitOneWarning waits until "pr" has exactly one Warning Event with reason, its note containing note.
+func (f *fixture) waitOneWarning(reason, note string) {
+	f.t.Helper()
+	require.EventuallyWithT(f.t, func(c *assert.CollectT) {
+		evs := testsupport.Events(f.t, suite.Client, f.ns, "PhasedRollout", "pr", reason)
+		if assert.Len(c, evs, 1) {
+			assert.Equal(c, corev1.EventTypeWarning, evs[0].Type)
+			assert.Contains(c, evs[0].Note, note)
+		}
+	}, wait, tick, "%s Event", reason)
+}
+
+// createCurrentRevision creates the ControllerRevision web-r1 of the fixture's template (image
+// app:1), the one a rollback re-applies.
+func (f *fixture) createCurrentRevision() {
+	f.t.Helper()
+	require.NoError(f.t, suite.Client.Create(context.Background(), &appsv1.ControllerRevision{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-r1", Namespace: f.ns},
+		Data:       runtime.RawExtension{Raw: []byte(`{"spec":{"template":{"$patch":"replace","metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"app","image":"app:1"}]}}}}`)},
+		Revision:   1,
+	}))
+}
+
+// setImage changes the StatefulSet's template (the test then plays the new revision, newRevision).
+func (f *fixture) setImage(image string) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sts := f.sts()
+		sts.Spec.Template.Spec.Containers[0].Image = image
+		return suite.Client.Update(context.Background(), sts)
+	}))
 }
