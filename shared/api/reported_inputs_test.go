@@ -206,6 +206,14 @@ var lockReported = []reportedInput{
 
 var rolloutReported = []reportedInput{
 	{
+		Case:      "successCondition that does not compile as CEL (`result <`), in spec.check or a spec.checks element",
+		Condition: "Stalled=True/InvalidSuccessCondition, Ready=False/InvalidSuccessCondition (the compiler's message; the StatefulSet untouched)",
+		Event:     "Warning InvalidSuccessCondition",
+		Kstatus:   "Failed",
+		Reason:    "ReasonInvalidSuccessCondition",
+		Tests:     []string{rolloutPkg + "TestInvalidSuccessConditionStallsAtOnce", rolloutPkg + "TestSuccessConditionCompileErrorsStall"},
+	},
+	{
 		Case:      "check.query.expr that is not PromQL (`invalid_promql{`)",
 		Condition: "Stalled=True/InvalidQuery, Ready=False/InvalidQuery (the parser's message; the StatefulSet untouched)",
 		Event:     "Warning InvalidQuery",

@@ -250,12 +250,73 @@ func rolloutBadInputs() []badInput {
 		{"webhook.secretRef not a Secret name", "  targetRef: web\n  check:\n    webhook: {url: 'http://gate.ops', secretRef: 'Gate Creds'}\n", []string{"spec.check.webhook.secretRef"}},
 		{"successWhen unknown", "  targetRef: web\n  check:\n    successWhen: Maybe\n" + query, []string{"spec.check.successWhen", "Unsupported value"}},
 		{"onFailure unknown", "  targetRef: web\n  check:\n    onFailure: Retry\n" + query, []string{"spec.check.onFailure", "Unsupported value"}},
+		{"checks with a duplicate name", "  targetRef: web\n  checks:\n  - " + namedCheck("errors") + "\n  - " + namedCheck("errors") + "\n", []string{"spec.checks[1]", "Duplicate value"}},
+		{"17 checks (at most 16)", "", []string{"spec.checks", "must have at most 16 items"}},
+		{"checks element without query or webhook (CEL)", "  targetRef: web\n  checks:\n  - {name: errors}\n", []string{"spec.checks[0]", "needs exactly one of query and webhook"}},
+		{"checks element with both query and webhook (CEL)", "  targetRef: web\n  checks:\n  - {name: errors, webhook: {url: 'http://gate:8080/check'}, query: {expr: 'up', url: 'http://prometheus:9090'}}\n", []string{"spec.checks[0]", "needs exactly one of query and webhook"}},
+		{"checks element name not a DNS label", "  targetRef: web\n  checks:\n  - " + namedCheck("Errors_1") + "\n", []string{"spec.checks[0].name"}},
+		{"checks element named check beside spec.check's query (CEL)", "  targetRef: web\n  check:\n" + query + "  checks:\n  - " + namedCheck("check") + "\n", []string{"spec.checks", "must not be"}},
+		{"noDataPolicy without successCondition (CEL)", "  targetRef: web\n  check:\n    noDataPolicy: Fail\n" + query, []string{"spec.check.noDataPolicy", "noDataPolicy needs successCondition"}},
+		{"checks element noDataPolicy without successCondition (CEL)", "  targetRef: web\n  checks:\n  - {name: errors, noDataPolicy: Pass, query: {expr: 'up', url: 'http://prometheus:9090'}}\n", []string{"spec.checks[0].noDataPolicy", "noDataPolicy needs successCondition"}},
+		{"errorPolicy unknown", "  targetRef: web\n  check:\n    errorPolicy: Ignore\n" + query, []string{"spec.check.errorPolicy", "Unsupported value"}},
+		{"noDataPolicy unknown", "  targetRef: web\n  check:\n    successCondition: result < 1\n    noDataPolicy: Maybe\n" + query, []string{"spec.check.noDataPolicy", "Unsupported value"}},
+	}
+	var many strings.Builder
+	for i := range 17 {
+		fmt.Fprintf(&many, "  - %s\n", namedCheck(fmt.Sprintf("c%d", i)))
+	}
+	for i := range tests {
+		if tests[i].name == "17 checks (at most 16)" {
+			tests[i].spec = "  targetRef: web\n  checks:\n" + many.String()
+		}
 	}
 	out := make([]badInput, 0, len(tests))
 	for _, tt := range tests {
-		out = append(out, badInput{Case: tt.name, Input: tt.spec, Doc: "apiVersion: sts.plus/v1alpha1\nkind: PhasedRollout\nmetadata: {name: pr-invalid}\nspec:\n" + tt.spec, Want: tt.want})
+		input := tt.spec
+		if len(input) > 400 {
+			input = "" // too long to show: the case says it
+		}
+		out = append(out, badInput{Case: tt.name, Input: input, Doc: "apiVersion: sts.plus/v1alpha1\nkind: PhasedRollout\nmetadata: {name: pr-invalid}\nspec:\n" + tt.spec, Want: tt.want})
 	}
 	return out
+}
+
+// namedCheck is a spec.checks element named name, in YAML flow style.
+func namedCheck(name string) string {
+	return "{name: " + name + ", query: {expr: 'up == 0', url: 'http://prometheus:9090'}}"
+}
+
+// spec.checks without a query in spec.check is accepted (the rule that requires spec.check.query is
+// relaxed), each element gets spec.check's defaults, and the verdict fields are accepted.
+func TestPhasedRolloutChecksWithoutCheckQuery(t *testing.T) {
+	obj := readBack(t, mustApply(t, `
+apiVersion: sts.plus/v1alpha1
+kind: PhasedRollout
+metadata: {name: pr-checks}
+spec:
+  targetRef: web
+  checks:
+  - {name: errors, query: {expr: 'up == 0', url: 'http://prometheus:9090'}}
+  - name: latency
+    successCondition: result < 0.5
+    noDataPolicy: Inconclusive
+    errorPolicy: Pause
+    query: {expr: 'latency', url: 'http://prometheus:9090'}
+`))
+	checks, found, err := unstructured.NestedSlice(obj.Object, "spec", "checks")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Len(t, checks, 2)
+	for _, c := range checks {
+		m := c.(map[string]any)
+		require.EqualValues(t, 60, m["initialDelaySeconds"], "%v", m)
+		require.EqualValues(t, 60, m["periodSeconds"])
+		require.EqualValues(t, 3, m["successThreshold"])
+		require.Equal(t, "NoData", m["successWhen"])
+		require.Equal(t, "Pause", m["onFailure"])
+		require.NotContains(t, m, "maxTries")
+	}
+	require.Equal(t, "Pause", checks[1].(map[string]any)["errorPolicy"])
 }
 
 func TestPhasedRolloutRejectsInvalid(t *testing.T) {

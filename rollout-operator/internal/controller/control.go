@@ -97,6 +97,13 @@ func (r *Reconciler) promoteStep(ctx context.Context, s *scope, partition int32)
 	return reconcile.Result{RequeueAfter: promoteAgain}, true, nil
 }
 
+// promoteRequested reports whether the PhasedRollout carries the promote annotation (pending or being
+// acted on): an Inconclusive step is then released for the promotion to pass it.
+func promoteRequested(pr *rolloutv1alpha1.PhasedRollout) bool {
+	_, ok := pr.Annotations[rolloutv1alpha1.PromoteAnnotation]
+	return ok
+}
+
 // promotePending reports whether the PhasedRollout carries a promote annotation not yet acted on (it
 // retries a Failed step, which the promotion then passes).
 func promotePending(pr *rolloutv1alpha1.PhasedRollout) bool {

@@ -34,10 +34,10 @@ func (f *fixture) setAnnotation(key string, value *string) {
 	})
 }
 
-// createOwnRollout creates the PhasedRollout "pr" with a query naming the namespace (checksIn counts
+// createNamespacedRollout creates the PhasedRollout "pr" with a query naming the namespace (checksIn counts
 // this fixture's checks only), deleted when the test ends so that no later test's operator runs its
 // checks.
-func (f *fixture) createOwnRollout(mods ...func(*rolloutv1alpha1.PhasedRollout)) {
+func (f *fixture) createNamespacedRollout(mods ...func(*rolloutv1alpha1.PhasedRollout)) {
 	f.t.Helper()
 	pr := f.createRollout(append([]func(*rolloutv1alpha1.PhasedRollout){func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.Check.Query.Expr = `errors{namespace="{{namespace}}",pod="{{pod}}"} > 0`
@@ -75,7 +75,7 @@ func idleRollout(t *testing.T, replicas int32, mods ...func(*rolloutv1alpha1.Pha
 	t.Helper()
 	f := newFixture(t, replicas, 0)
 	log := f.simulateStatefulSetController()
-	f.createOwnRollout(mods...)
+	f.createNamespacedRollout(mods...)
 	f.waitPartition(replicas)
 	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 	return f, log
@@ -291,7 +291,7 @@ func TestAnalysisOnlyWouldFail(t *testing.T) {
 func TestAvailableCondition(t *testing.T) {
 	startOperator(t, newFakeChecker(VerdictPass))
 	f := newFixture(t, 2, 0)
-	f.createOwnRollout()
+	f.createNamespacedRollout()
 	f.waitPhase(rolloutv1alpha1.PhaseUpdated)
 	f.waitCondition(rolloutv1alpha1.ConditionAvailable, "False", "ReplicasUnavailable")
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {

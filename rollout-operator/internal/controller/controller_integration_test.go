@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -471,21 +470,13 @@ func failAndRollBack(t *testing.T, cfg *rest.Config) (*fixture, *rolloutv1alpha1
 	startOperatorWith(t, cfg, newFakeChecker(VerdictFail))
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
-	require.NoError(t, suite.Client.Create(context.Background(), &appsv1.ControllerRevision{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-r1", Namespace: f.ns},
-		Data:       runtime.RawExtension{Raw: []byte(`{"spec":{"template":{"$patch":"replace","metadata":{"labels":{"app":"web"}},"spec":{"containers":[{"name":"app","image":"app:1"}]}}}}`)},
-		Revision:   1,
-	}))
+	f.createCurrentRevision()
 	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.Check.MaxTries = ptr.To[int32](2)
 		pr.Spec.Check.OnFailure = rolloutv1alpha1.OnFailureRollback
 	})
 	f.waitPartition(2)
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		sts := f.sts()
-		sts.Spec.Template.Spec.Containers[0].Image = "app:2"
-		return suite.Client.Update(context.Background(), sts)
-	}))
+	f.setImage("app:2")
 	f.newRevision("web-r2")
 	pr := f.waitPhase(rolloutv1alpha1.PhaseFailed)
 	assert.Contains(t, pr.Status.Message, "set back to revision web-r1")

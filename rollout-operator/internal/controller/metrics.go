@@ -12,8 +12,8 @@ var (
 	}, []string{"namespace", "phasedrollout"})
 	checksTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rollout_operator_check_results_total",
-		Help: "Prometheus checks run, by result (pass, fail, error).",
-	}, []string{"namespace", "phasedrollout", "result"})
+		Help: "Prometheus checks run, by result (pass, fail, error, inconclusive) and check (\"check\" for spec.check, else the spec.checks element's name).",
+	}, []string{"namespace", "phasedrollout", "result", "check"})
 	stepDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "rollout_operator_step_duration_seconds",
 		Help:    "Duration of a rollout step, from its start to its last passing check.",

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
@@ -35,6 +34,10 @@ type Query struct {
 	SuccessWhen rolloutv1alpha1.SuccessWhen
 	// Timeout bounds the whole query; zero means 10 seconds.
 	Timeout time.Duration
+	// SuccessCondition, when set, judges the samples instead of SuccessWhen (verdict.go).
+	SuccessCondition string
+	// NoDataPolicy judges an empty result under SuccessCondition; empty means what SuccessWhen implies.
+	NoDataPolicy rolloutv1alpha1.NoDataPolicy
 }
 
 // Verdict is the outcome of one check.
@@ -47,6 +50,8 @@ const (
 	VerdictFail
 	// VerdictPass means the query was evaluated and its result passes the check.
 	VerdictPass
+	// VerdictInconclusive means the query returned no sample under noDataPolicy Inconclusive.
+	VerdictInconclusive
 )
 
 // String names the verdict as the metrics label it.
@@ -56,6 +61,8 @@ func (v Verdict) String() string {
 		return "pass"
 	case VerdictFail:
 		return "fail"
+	case VerdictInconclusive:
+		return "inconclusive"
 	default:
 		return "error"
 	}
@@ -67,6 +74,8 @@ type CheckResult struct {
 	// Message describes the result ("2 samples returned: check failed (successWhen NoData)") or the
 	// error ("Prometheus at http://prom:9090 unreachable: ...").
 	Message string
+	// Value summarises the samples (status.rollingPodStatus.checks[].lastValue); empty on an error.
+	Value string
 }
 
 // Checker runs checks. PromChecker is the real one; tests may substitute another.
@@ -122,16 +131,7 @@ const maxMessageBytes = 4096
 // boundMessage makes msg valid UTF-8 (a decoding error may quote raw bytes of the body) and cuts it to
 // maxMessageBytes at a rune boundary.
 func boundMessage(msg string) string {
-	msg = strings.ToValidUTF8(msg, "\uFFFD")
-	if len(msg) <= maxMessageBytes {
-		return msg
-	}
-	const cut = " … (truncated)"
-	end := maxMessageBytes - len(cut)
-	for end > 0 && !utf8.RuneStart(msg[end]) {
-		end--
-	}
-	return msg[:end] + cut
+	return cutUTF8(msg, maxMessageBytes, " … (truncated)")
 }
 
 func check(ctx context.Context, q Query) CheckResult {
@@ -162,6 +162,9 @@ func check(ctx context.Context, q Query) CheckResult {
 	if err != nil {
 		return CheckResult{Verdict: VerdictError, Message: err.Error()}
 	}
+	if q.SuccessCondition != "" {
+		return judgeCondition(ctx, q, value)
+	}
 	pass := n == 0
 	if q.SuccessWhen == rolloutv1alpha1.SuccessWhenDataReturned {
 		pass = n > 0
@@ -178,7 +181,7 @@ func check(ctx context.Context, q Query) CheckResult {
 	if len(warnings) > 0 {
 		msg += "; Prometheus warnings: " + strings.Join(warnings, "; ")
 	}
-	return CheckResult{Verdict: verdict, Message: msg}
+	return CheckResult{Verdict: verdict, Message: msg, Value: valueOf(value)}
 }
 
 // samples counts the samples (or series) of a query result.

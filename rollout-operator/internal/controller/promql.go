@@ -16,20 +16,35 @@ type specProblem struct {
 	message string
 }
 
-// checkSpec returns the first problem of pr's check query, or nil. The placeholders are filled with
-// sample values first ({{pod}} is not PromQL), the same way a step fills them. A PhasedRollout with
-// skipCheck runs no check, so its query cannot stall it: it is checked once skipCheck is turned off.
+// checkSpec returns the first problem of pr's check queries and successConditions, or nil. The
+// placeholders are filled with sample values first ({{pod}} is not PromQL), the same way a step fills
+// them. A PhasedRollout with skipCheck runs no check, so its queries cannot stall it: they are checked
+// once skipCheck is turned off.
 func checkSpec(pr *rolloutv1alpha1.PhasedRollout) *specProblem {
-	q := pr.Spec.Check.Query
-	if q == nil || skipCheck(pr) {
+	if skipCheck(pr) {
 		return nil
 	}
+	if q := pr.Spec.Check.Query; q != nil {
+		if p := queryProblem(pr, "spec.check", q); p != nil {
+			return p
+		}
+	}
+	return checksProblem(pr)
+}
+
+// queryProblem returns the problem of one check's query (field names the check: "spec.check" or
+// "spec.checks[name]"), or nil.
+func queryProblem(pr *rolloutv1alpha1.PhasedRollout, field string, q *rolloutv1alpha1.PrometheusQuery) *specProblem {
 	expr := expandQuery(q.Expr, pr.Namespace, pr.Spec.TargetRef, pr.Spec.TargetRef+"-0", 0, "revision")
 	if _, err := parser.ParseExpr(expr); err != nil {
-		return &specProblem{reason: rolloutv1alpha1.ReasonInvalidQuery, message: fmt.Sprintf("spec.check.query.expr is not valid PromQL: %v", err)}
+		return &specProblem{reason: rolloutv1alpha1.ReasonInvalidQuery, message: fmt.Sprintf("%s.query.expr is not valid PromQL: %v", field, err)}
 	}
 	if _, err := NormalizeURL(q.URL); err != nil {
-		return &specProblem{reason: rolloutv1alpha1.ReasonInvalidURL, message: err.Error()}
+		msg := err.Error()
+		if field != "spec.check" {
+			msg = field + ": " + msg
+		}
+		return &specProblem{reason: rolloutv1alpha1.ReasonInvalidURL, message: msg}
 	}
 	return nil
 }

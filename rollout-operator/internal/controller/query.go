@@ -15,14 +15,20 @@ import (
 // The query of a step's check: spec.check with its placeholders filled for the pod under check, and
 // the credentials of its Secret. prometheus.go runs it.
 
-// check builds the query of the current step and runs it; a webhook gate is called instead
-// (webhook.go).
+// check builds the query of the current step's spec.check and runs it; a webhook gate is called
+// instead (webhook.go).
 func (r *Reconciler) check(ctx context.Context, s *scope, ordinal int32) CheckResult {
+	return r.runQuery(ctx, s, ordinal, seedCheckName, &s.pr.Spec.Check)
+}
+
+// runQuery builds the query of one check of the current step (spec.check or a spec.checks element,
+// named name) and runs it, or calls its webhook gate.
+func (r *Reconciler) runQuery(ctx context.Context, s *scope, ordinal int32, name string, c *rolloutv1alpha1.Check) CheckResult {
 	pr := s.pr
-	if wh := pr.Spec.Check.Webhook; wh != nil {
-		return r.callWebhook(ctx, s, seedCheckName, wh, ordinal)
+	if wh := c.Webhook; wh != nil {
+		return r.callWebhook(ctx, s, name, wh, ordinal)
 	}
-	q := pr.Spec.Check.Query
+	q := c.Query
 	if q == nil {
 		return CheckResult{Verdict: VerdictError, Message: "spec.check.query is not set"}
 	}
@@ -30,8 +36,10 @@ func (r *Reconciler) check(ctx context.Context, s *scope, ordinal int32) CheckRe
 		URL:                q.URL,
 		Expr:               expandQuery(q.Expr, pr.Namespace, s.sts.Name, pr.Status.RollingPodStatus.Pod, ordinal, pr.Status.UpdateRevision),
 		InsecureSkipVerify: q.InsecureSkipVerify,
-		SuccessWhen:        pr.Spec.Check.SuccessWhen,
+		SuccessWhen:        c.SuccessWhen,
 		Timeout:            r.QueryTimeout,
+		SuccessCondition:   c.SuccessCondition,
+		NoDataPolicy:       c.NoDataPolicy,
 	}
 	creds, failed := r.credentials(ctx, s, q.SecretRef, "check.query.secretRef", rolloutv1alpha1.EventPrometheusConfigError)
 	if failed != nil {

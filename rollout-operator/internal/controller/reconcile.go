@@ -99,6 +99,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, result reconcile
 	}
 	pr.Status.ObservedGeneration = pr.Generation
 	setConditions(pr)
+	setCheckConditions(pr)
 	setControlStatus(s)
 	setInvalidSpec(pr, s.invalid)
 	if _, serr := opsutil.PatchStatus(ctx, r.Client, pr, s.orig, opsutil.WithOptimisticLock()); serr != nil {

@@ -80,13 +80,7 @@ func TestInvalidQueryStallsAtOnce(t *testing.T) {
 	assert.Contains(t, c.Message, "unexpected end of input", "the parser's own message")
 	assert.False(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReady))
 	assert.False(t, metaTrue(f.rollout(), rolloutv1alpha1.ConditionReconciling))
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		evs := testsupport.Events(t, suite.Client, f.ns, "PhasedRollout", "pr", rolloutv1alpha1.ReasonInvalidQuery)
-		if assert.Len(c, evs, 1) {
-			assert.Equal(c, corev1.EventTypeWarning, evs[0].Type)
-			assert.Contains(c, evs[0].Note, "unexpected end of input")
-		}
-	}, wait, tick, "InvalidQuery Event")
+	f.waitOneWarning(rolloutv1alpha1.ReasonInvalidQuery, "unexpected end of input")
 	before := f.sts()
 	testsupport.NeverWithin(t, 2*time.Second, 100*time.Millisecond, func() bool {
 		sts := f.sts()

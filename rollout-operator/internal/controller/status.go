@@ -110,7 +110,7 @@ func (r *Reconciler) stepEvent(pr, orig *rolloutv1alpha1.PhasedRollout) bool {
 		eventType = corev1.EventTypeWarning
 		note = fmt.Sprintf("The check of pod %s could not be evaluated (it does not count as a pass): %s", step.Pod, pr.Status.LastError)
 	default:
-		return false
+		return r.checkStateEvent(pr, step)
 	}
 	r.Recorder.Eventf(pr, nil, eventType, string(step.Status), "Wait", "%s", note)
 	return true

@@ -24,7 +24,8 @@ import (
 // check; move the partition after successThreshold consecutive passes.
 func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, error) {
 	partition, ordinal := beginStep(s)
-	if held(s, partition) {
+	// Abort and pause hold the step; an Inconclusive step waits for a spec change or a promote.
+	if held(s, partition) || (holdInconclusive(s) && !promoteRequested(s.pr)) {
 		return reconcile.Result{}, nil
 	}
 	ready, err := r.podsReadyForCheck(ctx, s, partition)
@@ -36,6 +37,9 @@ func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, erro
 	}
 	if res, done, err := r.promoteStep(ctx, s, partition); done {
 		return res, err
+	}
+	if usesCheckSet(s.pr) {
+		return r.runChecks(ctx, s, partition, ordinal)
 	}
 	if wait := checkWait(s); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
@@ -97,6 +101,7 @@ func (r *Reconciler) podsReadyForCheck(ctx context.Context, s *scope, partition 
 		st.Status = state
 		st.AnalisysStartTime = nil
 		st.ConsecutiveSuccessfulChecks = 0
+		resetChecks(st)
 	}
 	if partition < s.replicas {
 		p, ok := pods[st.Pod]
@@ -149,6 +154,7 @@ func (r *Reconciler) runCheck(ctx context.Context, s *scope, partition, ordinal 
 	res := r.check(ctx, s, ordinal)
 	checkedAt := time.Now()
 	st := recordCheck(s.pr, res, checkedAt)
+	mirrorSeedCheck(st, res, max(check.SuccessThreshold, 1))
 	if st.ConsecutiveSuccessfulChecks >= max(check.SuccessThreshold, 1) {
 		return r.stepPassed(ctx, s, partition, checkedAt)
 	}
@@ -161,7 +167,7 @@ func (r *Reconciler) runCheck(ctx context.Context, s *scope, partition, ordinal 
 // recordCheck counts a check's result in the step's status and the metrics, and returns the step.
 func recordCheck(pr *rolloutv1alpha1.PhasedRollout, res CheckResult, checkedAt time.Time) *rolloutv1alpha1.RollingPodStatus {
 	st := pr.Status.RollingPodStatus
-	checksTotal.WithLabelValues(pr.Namespace, pr.Name, res.Verdict.String()).Inc()
+	checksTotal.WithLabelValues(pr.Namespace, pr.Name, res.Verdict.String(), rolloutv1alpha1.SeedCheckName).Inc()
 	st.LastCheckTime = ptr.To(metav1.NewTime(ceilSecond(checkedAt)))
 	st.TotalChecks++
 	pr.Status.LastQueryResult = res.Message
@@ -239,12 +245,20 @@ func ceilSecond(t time.Time) time.Time {
 // fail stops the rollout after maxTries: phase Failed, Event, partition unchanged; with onFailure
 // Rollback the StatefulSet's template is set back to its current revision.
 func (r *Reconciler) fail(ctx context.Context, s *scope, partition int32) (reconcile.Result, error) {
+	check := s.pr.Spec.Check
+	why := fmt.Sprintf("used up maxTries=%d without %d consecutive passing checks", ptr.Deref(check.MaxTries, 0), max(check.SuccessThreshold, 1))
+	return r.failStep(ctx, s, partition, why, check.OnFailure == rolloutv1alpha1.OnFailureRollback)
+}
+
+// failStep stops the rollout because the step at partition failed (why): phase Failed, Event,
+// partition unchanged; with rollback the StatefulSet's template is set back to its current revision.
+func (r *Reconciler) failStep(ctx context.Context, s *scope, partition int32, why string, rollback bool) (reconcile.Result, error) {
 	pr, sts := s.pr, s.sts
 	pr.Status.Phase = rolloutv1alpha1.PhaseFailed
 	pr.Status.RolloutEndTime = ptr.To(metav1.NewTime(time.Now()))
-	pr.Status.Message = fmt.Sprintf("step at partition %d (pod %s) used up maxTries=%d without %d consecutive passing checks; the partition stays at %d. Fix the cause and edit the PhasedRollout (or push a new revision) to retry",
-		partition, pr.Status.RollingPodStatus.Pod, ptr.Deref(pr.Spec.Check.MaxTries, 0), max(pr.Spec.Check.SuccessThreshold, 1), partition)
-	if pr.Spec.Check.OnFailure == rolloutv1alpha1.OnFailureRollback {
+	pr.Status.Message = fmt.Sprintf("step at partition %d (pod %s) %s; the partition stays at %d. Fix the cause and edit the PhasedRollout (or push a new revision) to retry",
+		partition, pr.Status.RollingPodStatus.Pod, why, partition)
+	if rollback {
 		if err := r.rollback(ctx, sts); err != nil {
 			pr.Status.LastError = fmt.Sprintf("rollback to revision %s failed: %v", sts.Status.CurrentRevision, err)
 		} else {

@@ -49,14 +49,15 @@ const (
 type PhasedRolloutPhase string
 
 // RollingPodState is the state of the current rollout step (status.rollingPodStatus.status).
-// +kubebuilder:validation:Enum=WaitForPodToBeUpdated;WaitForAllPodsToBeAvailable;WaitForInitialDelay;WaitForChecks;PrometheusError
+// +kubebuilder:validation:Enum=WaitForPodToBeUpdated;WaitForAllPodsToBeAvailable;WaitForInitialDelay;WaitForChecks;PrometheusError;Inconclusive;CheckError
 type RollingPodState string
 
 // PhasedRolloutSpec is the desired behaviour of a PhasedRollout: which StatefulSet it rolls and how
 // each step is checked.
 // +kubebuilder:validation:XValidation:rule="!has(self.skipCheck) || !has(self.standardRollingUpdate) || self.skipCheck == self.standardRollingUpdate",message="spec.skipCheck and spec.standardRollingUpdate are aliases and must not have different values",fieldPath=".standardRollingUpdate"
-// +kubebuilder:validation:XValidation:rule="(has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate) || (has(self.check) && (has(self.check.query) || has(self.check.webhook)))",message="spec.check.query is required unless spec.skipCheck is true or spec.check.webhook is set",fieldPath=".check.query"
+// +kubebuilder:validation:XValidation:rule="(has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate) || (has(self.check) && (has(self.check.query) || has(self.check.webhook))) || (has(self.checks) && size(self.checks) > 0)",message="spec.check.query is required unless spec.skipCheck is true, spec.check.webhook is set or spec.checks is not empty",fieldPath=".check.query"
 // +kubebuilder:validation:XValidation:rule="!has(self.analysisOnly) || !self.analysisOnly || !((has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate))",message="spec.analysisOnly runs the checks: it cannot be combined with spec.skipCheck (or standardRollingUpdate) true",fieldPath=".analysisOnly"
+// +kubebuilder:validation:XValidation:rule="!has(self.checks) || !has(self.check) || !(has(self.check.query) || has(self.check.webhook)) || self.checks.all(c, c.name != 'check')",message="spec.checks[].name must not be \"check\" while spec.check has a query or a webhook: that is spec.check's name in status",fieldPath=".checks"
 type PhasedRolloutSpec struct {
 	// targetRef is the name of the StatefulSet, in the PhasedRollout's namespace, to manage. Its
 	// updateStrategy must be RollingUpdate; the operator owns
@@ -100,6 +101,19 @@ type PhasedRolloutSpec struct {
 	// +optional
 	// +kubebuilder:default={}
 	Check Check `json:"check,omitzero"`
+
+	// checks are more checks each step must pass, beside spec.check (which, when it has a query, is
+	// the first check, named "check" in status): each has a name and every field of spec.check with
+	// the same defaults. A step advances only when every check reached its own successThreshold
+	// consecutive passes; a check that did stops running for the rest of the step; a check that
+	// used up its maxTries fails the step, and its onFailure applies (Rollback if any failing check
+	// says Rollback). Each check waits its own initialDelaySeconds from when the pods are ready and
+	// runs every its own periodSeconds. At most 16.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Checks []NamedCheck `json:"checks,omitempty"`
 
 	// --- s8c: pause, dry run (issue 18). The annotations sts.plus/promote and sts.plus/abort complete them.
 
@@ -178,6 +192,9 @@ type Check struct {
 	// query is the Prometheus query each check runs. Required unless skipCheck is true.
 	// +optional
 	Query *PrometheusQuery `json:"query,omitempty"`
+
+	// CheckVerdict holds successCondition, noDataPolicy and errorPolicy.
+	CheckVerdict `json:",inline"`
 
 	// webhook makes the check a webhook gate instead of a Prometheus query (query and webhook are
 	// alternatives): every check POSTs the step (rollout, StatefulSet, pod, partition, revisions) as
@@ -365,7 +382,9 @@ type ScaleUpRecord struct {
 // (analisysStartTime keeps its spelling so existing tooling keeps working).
 type RollingPodStatus struct {
 	// status is the step's state: "WaitForPodToBeUpdated", "WaitForAllPodsToBeAvailable",
-	// "WaitForInitialDelay", "WaitForChecks" or "PrometheusError".
+	// "WaitForInitialDelay", "WaitForChecks" or "PrometheusError"; "Inconclusive" (a check found no
+	// data under noDataPolicy Inconclusive: checks stop until the PhasedRollout is edited or promoted)
+	// or "CheckError" (a check could not be evaluated under errorPolicy Pause: it retries by itself).
 	// +optional
 	Status RollingPodState `json:"status,omitempty"`
 
@@ -406,6 +425,20 @@ type RollingPodStatus struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	TotalChecks int32 `json:"totalChecks,omitempty"`
+
+	// podsReadyTime is when the rolled pod and every pod were found available in this step (set
+	// when spec.checks is used or a check has a verdict field): each check's initialDelaySeconds
+	// counts from it.
+	// +optional
+	PodsReadyTime *metav1.Time `json:"podsReadyTime,omitempty"`
+
+	// checks is each check's record in this step: "check" for spec.check (when it has a query),
+	// then one per spec.checks element.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=17
+	Checks []CheckStatus `json:"checks,omitempty"`
 }
 
 // PhasedRollout rolls a StatefulSet to a new revision one pod at a time through its partition: each
