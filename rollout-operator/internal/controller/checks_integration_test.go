@@ -4,6 +4,8 @@ package controller
 
 import (
 	"context"
+	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -399,4 +401,37 @@ func (f *fixture) setImage(image string) {
 		sts.Spec.Template.Spec.Containers[0].Image = image
 		return suite.Client.Update(context.Background(), sts)
 	}))
+}
+
+// TestWebhookAmongChecks: a checks element may be a webhook gate instead of a query; the step waits for
+// both the query and the gate, and the gate is called with its own name.
+func TestWebhookAmongChecks(t *testing.T) {
+	_, prom := promWithApp(t, map[string]string{"app_up": "1"})
+	var open atomic.Bool
+	g := newGate(t, func(w http.ResponseWriter, _ *http.Request) {
+		if !open.Load() {
+			w.WriteHeader(http.StatusConflict) // e.g. a backup is running
+		}
+	})
+	startOperator(t, nil)
+	f := newFixture(t, 2, 0)
+	f.simulateStatefulSetController()
+	gateCheck := rolloutv1alpha1.NamedCheck{Name: "no-backup"}
+	gateCheck.InitialDelaySeconds = ptr.To[int32](0)
+	gateCheck.PeriodSeconds = 1
+	gateCheck.SuccessThreshold = 1
+	gateCheck.Webhook = &rolloutv1alpha1.WebhookCheck{URL: g.srv.URL + "/gate", TimeoutSeconds: 5}
+	f.createOwnRollout(withChecks(promCheck("errors", prom.URL, `app_errors{pod="{{pod}}"} > 0`), gateCheck))
+	pr := f.rollToAndWaitRuns("no-backup", 3)
+	assert.Equal(t, int32(2), f.partition(), "a refusing gate holds the step")
+	assert.True(t, checkStatus(pr, "errors").Passed, "the query check passed")
+	gate := checkStatus(pr, "no-backup")
+	assert.False(t, gate.Passed)
+	assert.Equal(t, rolloutv1alpha1.CheckResultFail, gate.LastResult)
+	calls := g.recorded()
+	require.NotEmpty(t, calls)
+	assert.Equal(t, "no-backup", calls[0].payload.CheckName, "the payload names the checks element")
+
+	open.Store(true)
+	f.waitRolledTo("web-r2")
 }
