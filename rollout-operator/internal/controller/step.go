@@ -24,12 +24,18 @@ import (
 // check; move the partition after successThreshold consecutive passes.
 func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, error) {
 	partition, ordinal := beginStep(s)
+	if res, hold, err := r.batchHold(ctx, s, partition); hold {
+		return res, err
+	}
 	ready, err := r.podsReadyForCheck(ctx, s, partition)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if !ready {
 		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
+	}
+	if res, hold, err := r.pauseHold(ctx, s, partition); hold {
+		return res, err
 	}
 	if wait := checkWait(s); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
@@ -200,7 +206,13 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 		}
 		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
 	}
-	next := partition - 1
+	if wait := startPause(s, partition, checkedAt); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	next, err := r.nextPartition(ctx, s, partition)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.applyPartition(ctx, pr, sts, next, true); err != nil {
 		return reconcile.Result{}, err
 	}
