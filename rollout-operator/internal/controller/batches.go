@@ -103,15 +103,7 @@ func (r *Reconciler) releaseBatch(ctx context.Context, s *scope, b *rolloutv1alp
 		return partition, err
 	}
 	limit := maxUnavailable(s.sts, s.replicas)
-	minReady := time.Duration(s.sts.Spec.MinReadySeconds) * time.Second
-	busy := int32(0)
-	for i := range s.replicas {
-		p, ok := pods[podName(s.sts, i)]
-		if !ok || !available(p, minReady, s.now) || (i >= partition && p.Labels[appsv1.ControllerRevisionHashLabelKey] != s.sts.Status.UpdateRevision) {
-			busy++
-		}
-	}
-	next := max(b.ToPartition, partition-max(limit-busy, 0))
+	next := max(b.ToPartition, partition-releasable(s.sts, pods, s.replicas, partition, s.now))
 	if next == partition {
 		return partition, nil
 	}
@@ -126,6 +118,20 @@ func (r *Reconciler) releaseBatch(ctx context.Context, s *scope, b *rolloutv1alp
 	}
 	s.event(s.pr, corev1.EventTypeNormal, rolloutv1alpha1.EventStepReleased, "%s", note)
 	return next, nil
+}
+
+// releasable returns how many more pods may be released below partition: maxUnavailable less the
+// pods that are unavailable or released and not yet on the update revision.
+func releasable(sts *appsv1.StatefulSet, pods map[string]*corev1.Pod, replicas, partition int32, now time.Time) int32 {
+	minReady := time.Duration(sts.Spec.MinReadySeconds) * time.Second
+	busy := int32(0)
+	for i := range replicas {
+		p, ok := pods[podName(sts, i)]
+		if !ok || !available(p, minReady, now) || (i >= partition && p.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision) {
+			busy++
+		}
+	}
+	return max(maxUnavailable(sts, replicas)-busy, 0)
 }
 
 // movedTo records in the status a partition move within a batch, as stepPassed does for a step's.
