@@ -227,6 +227,17 @@ func rolloutBadInputs() []badInput {
 		{"query.secretRef not a Secret name", "  targetRef: web\n  check:\n    query: {expr: 'up == 0', url: 'http://prometheus:9090', secretRef: 'Prom Creds'}\n", []string{"spec.check.query.secretRef"}},
 		{"successWhen unknown", "  targetRef: web\n  check:\n    successWhen: Maybe\n" + query, []string{"spec.check.successWhen", "Unsupported value"}},
 		{"onFailure unknown", "  targetRef: web\n  check:\n    onFailure: Retry\n" + query, []string{"spec.check.onFailure", "Unsupported value"}},
+		// Steps in batches and stuck-pod recovery (issue 18).
+		{"steps empty", "  targetRef: web\n  steps: []\n  check:\n" + query, []string{"spec.steps", "at least 1 item"}},
+		{"steps pods 0", "  targetRef: web\n  steps: [{pods: 0}]\n  check:\n" + query, []string{"spec.steps[0].pods", "greater than or equal to 1"}},
+		{"steps pods missing", "  targetRef: web\n  steps: [{pause: {duration: 30s}}]\n  check:\n" + query, []string{"spec.steps[0].pods", "Required value"}},
+		{"steps more than 64", "  targetRef: web\n  steps: [" + strings.Repeat("{pods: 1}, ", 64) + "{pods: 1}]\n  check:\n" + query, []string{"spec.steps", "must have at most 64 items"}},
+		{"pause without duration", "  targetRef: web\n  steps: [{pods: 1, pause: {}}]\n  check:\n" + query, []string{"spec.steps[0].pause.duration", "Required value"}},
+		{"pause duration not a duration (CEL)", "  targetRef: web\n  steps: [{pods: 1, pause: {duration: soon}}]\n  check:\n" + query, []string{"spec.steps[0].pause.duration", "must be a duration such as 30s"}},
+		{"pause duration without a unit (CEL)", "  targetRef: web\n  steps: [{pods: 1, pause: {duration: '30'}}]\n  check:\n" + query, []string{"spec.steps[0].pause.duration", "must be a duration such as 30s"}},
+		{"pause duration below 1s (CEL)", "  targetRef: web\n  steps: [{pods: 1, pause: {duration: 500ms}}]\n  check:\n" + query, []string{"spec.steps[0].pause.duration", "from 1s to 24h"}},
+		{"pause duration above 24h (CEL)", "  targetRef: web\n  steps: [{pods: 1, pause: {duration: 25h}}]\n  check:\n" + query, []string{"spec.steps[0].pause.duration", "from 1s to 24h"}},
+		{"progressDeadlineSeconds 0", "  targetRef: web\n  recreateStuckPods: true\n  progressDeadlineSeconds: 0\n  check:\n" + query, []string{"spec.progressDeadlineSeconds", "greater than or equal to 1"}},
 	}
 	out := make([]badInput, 0, len(tests))
 	for _, tt := range tests {
