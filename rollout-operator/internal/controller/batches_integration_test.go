@@ -63,17 +63,9 @@ func (f *fixture) simulateReadiness(readyAfter time.Duration, broken ...string) 
 		last := int32(-1)
 		for ctx.Err() == nil {
 			time.Sleep(tick)
-			sts := &appsv1.StatefulSet{}
-			if err := suite.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "web"}, sts); err != nil {
+			sts, p, ok := sim.log.observe(ctx, f.ns, &last)
+			if !ok {
 				continue
-			}
-			p := int32(0)
-			if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
-				p = *ru.Partition
-			}
-			if _, managed := sts.Annotations[rolloutv1alpha1.ManagedByAnnotation]; managed && p != last {
-				sim.log.add(p)
-				last = p
 			}
 			all, down := true, 0
 			for i := range f.n {
@@ -119,16 +111,40 @@ func (f *fixture) simulateReadiness(readyAfter time.Duration, broken ...string) 
 			sim.mu.Lock()
 			sim.maxDown = max(sim.maxDown, down)
 			sim.mu.Unlock()
-			if (all && sts.Status.CurrentRevision != sts.Status.UpdateRevision) || sts.Status.ObservedGeneration != sts.Generation {
-				if all {
-					sts.Status.CurrentRevision = sts.Status.UpdateRevision
-				}
-				sts.Status.ObservedGeneration = sts.Generation
-				_ = suite.Client.Status().Update(ctx, sts)
-			}
+			syncStatefulSetStatus(ctx, sts, all)
 		}
 	}()
 	return sim
+}
+
+// observe reads the StatefulSet "web" of ns and its partition (0 when unset), and records the
+// partition when it differs from *last, from the moment the operator manages the StatefulSet.
+func (l *partitionLog) observe(ctx context.Context, ns string, last *int32) (*appsv1.StatefulSet, int32, bool) {
+	sts := &appsv1.StatefulSet{}
+	if err := suite.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, sts); err != nil {
+		return nil, 0, false
+	}
+	p := int32(0)
+	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		p = *ru.Partition
+	}
+	if _, managed := sts.Annotations[rolloutv1alpha1.ManagedByAnnotation]; managed && p != *last {
+		l.add(p)
+		*last = p
+	}
+	return sts, p, true
+}
+
+// syncStatefulSetStatus plays the StatefulSet controller's status write: the spec observed, and the
+// update revision current once every pod runs it (all).
+func syncStatefulSetStatus(ctx context.Context, sts *appsv1.StatefulSet, all bool) {
+	if (all && sts.Status.CurrentRevision != sts.Status.UpdateRevision) || sts.Status.ObservedGeneration != sts.Generation {
+		if all {
+			sts.Status.CurrentRevision = sts.Status.UpdateRevision
+		}
+		sts.Status.ObservedGeneration = sts.Generation
+		_ = suite.Client.Status().Update(ctx, sts)
+	}
 }
 
 func podReady(p *corev1.Pod) bool {
