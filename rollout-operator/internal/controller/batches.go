@@ -149,8 +149,8 @@ func (r *Reconciler) movedTo(s *scope, next int32) {
 // pause.duration) and returns how long it waits; zero when the step has no pause or it is over.
 func startPause(s *scope, partition int32, checkedAt time.Time) time.Duration {
 	b := currentBatch(s.pr, partition)
-	if b == nil || b.ToPartition != partition {
-		return 0
+	if partition == 0 || b == nil || b.ToPartition != partition {
+		return 0 // the last batch has no pause: nothing follows it
 	}
 	pause := stepOf(s.pr, b.Step).Pause
 	if pause == nil {
@@ -165,7 +165,11 @@ func startPause(s *scope, partition int32, checkedAt time.Time) time.Duration {
 		s.event(s.pr, corev1.EventTypeNormal, rolloutv1alpha1.EventStepPaused, "the checks of step %d (pod %s) passed; pausing %s (until %s) before the next step",
 			b.Step, podName(s.sts, partition), pause.Duration, b.PausedUntil.UTC().Format(time.RFC3339))
 	}
-	return b.PausedUntil.Sub(s.now)
+	wait := b.PausedUntil.Sub(s.now)
+	if wait > 0 {
+		s.pr.Status.Message += fmt.Sprintf("; step %d passed its checks and pauses until %s", b.Step, b.PausedUntil.UTC().Format(time.RFC3339))
+	}
+	return wait
 }
 
 // pauseHold holds a step whose checks passed while its pause runs, without checking again, and
@@ -181,6 +185,7 @@ func (r *Reconciler) pauseHold(ctx context.Context, s *scope, partition int32) (
 		return reconcile.Result{}, false, nil
 	}
 	if wait := b.PausedUntil.Sub(s.now); wait > 0 {
+		s.pr.Status.Message += fmt.Sprintf("; step %d passed its checks and pauses until %s", b.Step, b.PausedUntil.UTC().Format(time.RFC3339))
 		return reconcile.Result{RequeueAfter: wait}, true, nil
 	}
 	res, err := r.stepPassed(ctx, s, partition, s.now)

@@ -258,6 +258,7 @@ func TestStepPause(t *testing.T) {
 		return false
 	}, wait, tick, "the pause starts")
 	assert.Equal(t, int32(1), f.partition())
+	assert.Contains(t, f.rollout().Status.Message, "pauses until")
 	checks := len(checker.recorded())
 	testsupport.NeverWithin(t, time.Until(until)-500*time.Millisecond, tick, func() bool {
 		return f.partition() != 1 || len(checker.recorded()) != checks

@@ -190,6 +190,9 @@ func recordCheck(pr *rolloutv1alpha1.PhasedRollout, res CheckResult, checkedAt t
 // at partition 0, the rollout is complete (phase Updated).
 func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, checkedAt time.Time) (reconcile.Result, error) {
 	pr, sts, st := s.pr, s.sts, s.pr.Status.RollingPodStatus
+	if wait := startPause(s, partition, checkedAt); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	stepsTotal.WithLabelValues(pr.Namespace, pr.Name).Inc()
 	if st.AnalisysStartTime != nil {
 		stepDuration.WithLabelValues(pr.Namespace, pr.Name).Observe(checkedAt.Sub(st.AnalisysStartTime.Time).Seconds())
@@ -205,9 +208,6 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 			return reconcile.Result{}, r.applyPartition(ctx, pr, sts, s.replicas, true)
 		}
 		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
-	}
-	if wait := startPause(s, partition, checkedAt); wait > 0 {
-		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	next, err := r.nextPartition(ctx, s, partition)
 	if err != nil {
