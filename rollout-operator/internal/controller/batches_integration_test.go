@@ -39,7 +39,9 @@ func (s *readinessSim) down() int {
 	return s.maxDown
 }
 
-func (f *fixture) simulateReadiness(readyAfter time.Duration, broken ...string) *readinessSim {
+// With orderedReady, it replaces no pod while any pod is not Ready, as the StatefulSet controller
+// with podManagementPolicy OrderedReady (kubernetes/kubernetes#67250: a crash-looping pod blocks it).
+func (f *fixture) simulateReadiness(readyAfter time.Duration, orderedReady bool, broken ...string) *readinessSim {
 	sim := &readinessSim{log: &partitionLog{}, broken: map[string]bool{}}
 	for _, b := range broken {
 		sim.broken[b] = true
@@ -68,6 +70,14 @@ func (f *fixture) simulateReadiness(readyAfter time.Duration, broken ...string) 
 				continue
 			}
 			all, down := true, 0
+			blocked := false
+			if orderedReady {
+				var list corev1.PodList
+				_ = suite.Client.List(ctx, &list, client.InNamespace(f.ns))
+				for i := range list.Items {
+					blocked = blocked || !podReady(&list.Items[i])
+				}
+			}
 			for i := range f.n {
 				name := fmt.Sprintf("web-%d", f.start+i)
 				want := sts.Status.CurrentRevision
@@ -89,7 +99,7 @@ func (f *fixture) simulateReadiness(readyAfter time.Duration, broken ...string) 
 				}
 				rev := pod.Labels[appsv1.ControllerRevisionHashLabelKey]
 				ready := podReady(pod)
-				if i >= p && rev != want {
+				if i >= p && rev != want && !blocked {
 					// The controller replaces the pod: not Ready first, then on the new revision.
 					setPodReady(ctx, pod, false)
 					orig := pod.DeepCopy()
@@ -181,7 +191,7 @@ func podQuery(pod string) string { return `errors{pod="` + pod + `"} > 0` }
 // pods seen not Ready at once, the checks per pod and the PhasedRollout at the end.
 func batchRollout(t *testing.T, checker *fakeChecker, steps []rolloutv1alpha1.RolloutStep) ([]int32, int, map[string]int, *rolloutv1alpha1.PhasedRollout, *fixture) {
 	f := newFixture(t, 5, 0)
-	sim := f.simulateReadiness(300 * time.Millisecond)
+	sim := f.simulateReadiness(300*time.Millisecond, false)
 	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.Check.SuccessThreshold = 1
 		pr.Spec.Steps = steps
@@ -241,7 +251,7 @@ func TestStepPause(t *testing.T) {
 	checker := newFakeChecker(VerdictPass)
 	startOperator(t, checker)
 	f := newFixture(t, 3, 0)
-	sim := f.simulateReadiness(100 * time.Millisecond)
+	sim := f.simulateReadiness(100*time.Millisecond, false)
 	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.Check.SuccessThreshold = 1
 		pr.Spec.Steps = []rolloutv1alpha1.RolloutStep{{Pods: 2, Pause: &rolloutv1alpha1.StepPause{Duration: "3s"}}}

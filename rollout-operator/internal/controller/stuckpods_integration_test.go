@@ -43,11 +43,11 @@ func (f *fixture) podUID(name string) types.UID {
 }
 
 // stuckRollout rolls a 3-replica StatefulSet to web-r2, a revision whose pods never become Ready
-// (simulated crash loop), with recreateStuckPods as given and progressDeadlineSeconds 1: the rollout
+// (simulated crash loop, which blocks the simulated OrderedReady StatefulSet controller), with recreateStuckPods as given and progressDeadlineSeconds 1: the rollout
 // waits on web-2, not Ready on web-r2. It returns the fixture and web-2's UID.
 func stuckRollout(t *testing.T, recreate bool) (*fixture, types.UID) {
 	f := newFixture(t, 3, 0)
-	f.simulateReadiness(100*time.Millisecond, "web-r2")
+	f.simulateReadiness(100*time.Millisecond, true, "web-r2")
 	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.Check.SuccessThreshold = 1
 		pr.Spec.RecreateStuckPods = ptr.To(recreate)
