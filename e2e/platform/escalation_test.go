@@ -169,7 +169,15 @@ spec:
 					collection("/apis/apps/v1/namespaces/kube-system/statefulsets"), probe, `{"spec":{"updateStrategy":{"rollingUpdate":{"partition":0}}}}`),
 				patchTry("scale a StatefulSet it manages", "change a workload beyond its partition",
 					collection("/apis/apps/v1/namespaces/"+ns+"/statefulsets"), probe,
-					fmt.Sprintf(`{"metadata":{"annotations":{%q:"probe"}},"spec":{"replicas":5}}`, rolloutv1alpha1.ManagedByAnnotation)))
+					fmt.Sprintf(`{"metadata":{"annotations":{%q:"probe"}},"spec":{"replicas":5}}`, rolloutv1alpha1.ManagedByAnnotation)),
+				// It deletes pods a StatefulSet controls (recreateStuckPods): never in kube-system, never
+				// another pod (rollout-operator-pod-deletes).
+				attempt("delete a kube-system pod", "take a control-plane component down", func(ctx context.Context, c kubernetes.Interface) error {
+					return c.CoreV1().Pods("kube-system").Delete(ctx, probe, dryDelete)
+				}),
+				attempt("delete a bare pod", "take down a pod nothing recreates", func(ctx context.Context, c kubernetes.Interface) error {
+					return c.CoreV1().Pods(ns).Delete(ctx, pod.Name, dryDelete)
+				}))
 		}
 		if id.name == "singleton-operator" {
 			// It releases, adopts and deletes the pods it holds: never in kube-system, never another

@@ -260,6 +260,17 @@ func rolloutBadInputs() []badInput {
 		{"checks element noDataPolicy without successCondition (CEL)", "  targetRef: web\n  checks:\n  - {name: errors, noDataPolicy: Pass, query: {expr: 'up', url: 'http://prometheus:9090'}}\n", []string{"spec.checks[0].noDataPolicy", "noDataPolicy needs successCondition"}},
 		{"errorPolicy unknown", "  targetRef: web\n  check:\n    errorPolicy: Ignore\n" + query, []string{"spec.check.errorPolicy", "Unsupported value"}},
 		{"noDataPolicy unknown", "  targetRef: web\n  check:\n    successCondition: result < 1\n    noDataPolicy: Maybe\n" + query, []string{"spec.check.noDataPolicy", "Unsupported value"}},
+		// Steps in batches and stuck-pod recovery (issue 18).
+		{"steps empty", "  targetRef: web\n  steps: []\n  check:\n" + query, []string{"spec.steps", "at least 1 item"}},
+		{"steps pods 0", "  targetRef: web\n  steps: [{pods: 0}]\n  check:\n" + query, []string{"spec.steps[0].pods", "greater than or equal to 1"}},
+		{"steps pods missing", "  targetRef: web\n  steps: [{pause: {duration: 30s}}]\n  check:\n" + query, []string{"spec.steps[0].pods", "Required value"}},
+		{"steps more than 64", "  targetRef: web\n  steps: [" + strings.Repeat("{pods: 1}, ", 64) + "{pods: 1}]\n  check:\n" + query, []string{"spec.steps", "must have at most 64 items"}},
+		{"pause without duration", "  targetRef: web\n  steps: [{pods: 1, pause: {}}]\n  check:\n" + query, []string{"spec.steps[0].pause.duration", "Required value"}},
+		{"pause duration not a duration (CEL)", "  targetRef: web\n  steps: [{pods: 1, pause: {duration: soon}}]\n  check:\n" + query, []string{"spec.steps[0].pause.duration", "must be a duration such as 30s"}},
+		{"pause duration without a unit (CEL)", "  targetRef: web\n  steps: [{pods: 1, pause: {duration: '30'}}]\n  check:\n" + query, []string{"spec.steps[0].pause.duration", "must be a duration such as 30s"}},
+		{"pause duration below 1s (CEL)", "  targetRef: web\n  steps: [{pods: 1, pause: {duration: 500ms}}]\n  check:\n" + query, []string{"spec.steps[0].pause.duration", "from 1s to 24h"}},
+		{"pause duration above 24h (CEL)", "  targetRef: web\n  steps: [{pods: 1, pause: {duration: 25h}}]\n  check:\n" + query, []string{"spec.steps[0].pause.duration", "from 1s to 24h"}},
+		{"progressDeadlineSeconds 0", "  targetRef: web\n  recreateStuckPods: true\n  progressDeadlineSeconds: 0\n  check:\n" + query, []string{"spec.progressDeadlineSeconds", "greater than or equal to 1"}},
 	}
 	var many strings.Builder
 	for i := range 17 {

@@ -97,6 +97,7 @@ func (r *Reconciler) startRollout(ctx context.Context, s *scope) (reconcile.Resu
 	pr.Status.RolloutStartTime = ptr.To(metav1.NewTime(s.now))
 	pr.Status.RolloutEndTime = nil
 	pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(partition)}
+	pr.Status.Batch = nil // spec.steps start over from steps[0]
 	pr.Status.LastQueryResult = ""
 	pr.Status.LastError = ""
 	s.setPhase(rolloutv1alpha1.PhaseRolling, "rolling StatefulSet %s to revision %s", sts.Name, target)

@@ -28,6 +28,9 @@ func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, erro
 	if held(s, partition) || (holdInconclusive(s) && !promoteRequested(s.pr)) {
 		return reconcile.Result{}, nil
 	}
+	if res, hold, err := r.batchHold(ctx, s, partition); hold {
+		return res, err
+	}
 	ready, err := r.podsReadyForCheck(ctx, s, partition)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -36,6 +39,9 @@ func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, erro
 		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
 	}
 	if res, done, err := r.promoteStep(ctx, s, partition); done {
+		return res, err
+	}
+	if res, hold, err := r.pauseHold(ctx, s, partition); hold {
 		return res, err
 	}
 	if usesCheckSet(s.pr) {
@@ -196,6 +202,9 @@ func recordCheck(pr *rolloutv1alpha1.PhasedRollout, res CheckResult, checkedAt t
 // at partition 0, the rollout is complete (phase Updated).
 func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, checkedAt time.Time) (reconcile.Result, error) {
 	pr, sts, st := s.pr, s.sts, s.pr.Status.RollingPodStatus
+	if wait := startPause(s, partition, checkedAt); wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
 	stepsTotal.WithLabelValues(pr.Namespace, pr.Name).Inc()
 	if st.AnalisysStartTime != nil {
 		stepDuration.WithLabelValues(pr.Namespace, pr.Name).Observe(checkedAt.Sub(st.AnalisysStartTime.Time).Seconds())
@@ -212,7 +221,10 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 		}
 		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
 	}
-	next := partition - 1
+	next, err := r.nextPartition(ctx, s, partition)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.applyPartition(ctx, pr, sts, next, true); err != nil {
 		return reconcile.Result{}, err
 	}

@@ -200,18 +200,10 @@ func (f *fixture) simulateStatefulSetController() *partitionLog {
 		last := int32(-1)
 		for ctx.Err() == nil {
 			time.Sleep(tick)
-			sts := &appsv1.StatefulSet{}
-			if err := suite.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "web"}, sts); err != nil {
-				continue
-			}
-			p := int32(0)
-			if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
-				p = *ru.Partition
-			}
 			// Record the operator's partition values, from the moment it manages the StatefulSet.
-			if _, managed := sts.Annotations[rolloutv1alpha1.ManagedByAnnotation]; managed && p != last {
-				log.add(p)
-				last = p
+			sts, p, ok := log.observe(ctx, f.ns, &last)
+			if !ok {
+				continue
 			}
 			all := true
 			for i := range f.n {
@@ -234,13 +226,7 @@ func (f *fixture) simulateStatefulSetController() *partitionLog {
 					all = false
 				}
 			}
-			if (all && sts.Status.CurrentRevision != sts.Status.UpdateRevision) || sts.Status.ObservedGeneration != sts.Generation {
-				if all {
-					sts.Status.CurrentRevision = sts.Status.UpdateRevision
-				}
-				sts.Status.ObservedGeneration = sts.Generation
-				_ = suite.Client.Status().Update(ctx, sts)
-			}
+			syncStatefulSetStatus(ctx, sts, all)
 		}
 	}()
 	return log

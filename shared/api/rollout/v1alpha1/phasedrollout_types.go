@@ -133,6 +133,38 @@ type PhasedRolloutSpec struct {
 	// skipCheck true. Unset means false.
 	// +optional
 	AnalysisOnly bool `json:"analysisOnly,omitempty"`
+
+	// Steps in batches and stuck-pod recovery (issue 18; types in phasedrollout_batches_types.go).
+
+	// steps releases the pods in batches, as Kruise Rollouts' StatefulSet batches: after the checks of
+	// a step pass, step i releases steps[i].pods more pods (the partition moves down by that many, in
+	// one write when the StatefulSet's maxUnavailable allows it), its checks run once every released
+	// pod is updated and available, then steps[i].pause waits before step i+1. The first step is
+	// steps[0]; when the list is shorter than the rollout, its last step repeats. Unset: one pod per
+	// step and no pause, the original behaviour. The checks judge the batch's lowest ordinal.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	Steps []RolloutStep `json:"steps,omitempty"`
+
+	// recreateStuckPods, when true, deletes a released pod that has not been Ready for longer than
+	// progressDeadlineSeconds and runs an outdated revision (its controller-revision-hash is not the
+	// StatefulSet's update revision, and it was created before that revision), so that the StatefulSet
+	// controller recreates it from the current template: the StatefulSet controller alone never
+	// replaces a crash-looping pod after the template is fixed (kubernetes/kubernetes#67250). At most
+	// one pod per step, never while more pods are unavailable than maxUnavailable allows. Unset means
+	// false.
+	// +optional
+	RecreateStuckPods *bool `json:"recreateStuckPods,omitempty"`
+
+	// progressDeadlineSeconds is how long, in seconds, a pod may stay not Ready before
+	// recreateStuckPods deletes it. Defaults to 600. Used only when recreateStuckPods is true.
+	// +optional
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	ProgressDeadlineSeconds *int32 `json:"progressDeadlineSeconds,omitempty"`
 }
 
 // Check describes how a rollout step is verified: after the rolled pod is updated and every pod is
@@ -326,6 +358,17 @@ type PhasedRolloutStatus struct {
 	// +patchStrategy=merge
 	// +patchMergeKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// Steps in batches and stuck-pod recovery (issue 18; types in phasedrollout_batches_types.go).
+
+	// batch is the batch of spec.steps being released or checked; unset when spec.steps is unset or no
+	// batch was released in this rollout yet.
+	// +optional
+	Batch *BatchStatus `json:"batch,omitempty"`
+
+	// lastStuckPodRecreated is the last pod recreateStuckPods deleted.
+	// +optional
+	LastStuckPodRecreated *StuckPodRecord `json:"lastStuckPodRecreated,omitempty"`
 }
 
 // PromotionRecord is one sts.plus/promote annotation the operator acted on.
