@@ -16,8 +16,9 @@
 // (a step's check query), controller.go (the partition and the pods), adopt_scale.go (adopting a
 // rollout under way, scale-ups during a rollout), delete.go (deletion), status.go (conditions),
 // secretaccess.go (per-namespace Secret access through RoleBindings), prometheus.go (the Prometheus
-// client), webhook.go (webhook gates), metrics.go, control.go (pause, promote, abort, the dry run,
-// the Available condition).
+// client), webhook.go (webhook gates), checks.go and verdict.go (several checks per step, CEL
+// verdicts), control.go (pause, promote, abort, the dry run, the Available condition), batches.go
+// (steps in batches), stuckpods.go (stuck-pod recovery), metrics.go.
 package controller
 
 import (
