@@ -5,6 +5,7 @@ package rollout
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,42 +38,20 @@ func TestBenchRolloutStep(t *testing.T) {
 	prom := startPrometheusFor(t, exp.srv.Listener.Addr().String())
 	proxy := newRecordingProxy(t, prom.url)
 
-	type rollout struct {
-		ns string
-		pw *partitionWatch
-	}
-	var rollouts []rollout
-	for range rolloutBenchSets {
-		ns := framework.NewNamespace(t)
-		for i := range rolloutBenchReplicas {
-			exp.setErrors(ns, fmt.Sprintf("web-%d", i), 0)
+	overheads, unchecked := rolloutBenchOverheads(t, exp, proxy, nil)
+	// The same steps with three checks each: spec.check plus two spec.checks, every one a query of the
+	// same real Prometheus through the proxy (the partition moves once all three passed).
+	threeChecks := func(ns string) map[string]any {
+		check := func(name, expr string) map[string]any {
+			return map[string]any{"name": name, "initialDelaySeconds": int64(1), "periodSeconds": int64(1), "successThreshold": int64(1),
+				"query": map[string]any{"expr": expr, "url": strings.TrimPrefix(proxy.url, "http://")}}
 		}
-		framework.RolloutStatefulSet(t, ns, "web", rolloutBenchReplicas, 0)
-		pw := watchPartition(t, ns, "web")
-		createPhasedRollout(t, ns, "pr", "web", proxy.url, 1, 0, nil)
-		rollouts = append(rollouts, rollout{ns, pw})
+		return map[string]any{"checks": []any{
+			check("restarts", `app_errors{namespace="`+ns+`",pod="{{pod}}",kind="restarts"} > 0`),
+			check("latency", `app_errors{namespace="`+ns+`",pod="{{pod}}",kind="latency"} > 0`),
+		}}
 	}
-	for _, r := range rollouts {
-		waitRolloutPhase(t, r.ns, "pr", "Updated")
-		waitPartitionValue(t, r.ns, "web", rolloutBenchReplicas)
-	}
-	for _, r := range rollouts {
-		framework.BumpTemplate(t, r.ns, "web", "2")
-	}
-	var overheads []float64
-	unchecked := 0
-	for _, r := range rollouts {
-		waitRolloutPhase(t, r.ns, "pr", "Updated")
-		framework.WaitStatefulSetReady(t, r.ns, "web", rolloutBenchReplicas)
-		require.Eventually(t, func() bool { return len(r.pw.values()) >= rolloutBenchReplicas+2 }, framework.Timeout, framework.Tick, "the watch saw the last change")
-		inv := checkAdvances(r.pw, proxy, r.ns, 1)
-		assert.Equal(t, rolloutBenchReplicas, inv.advances, "one advance per pod: %v", r.pw.values())
-		assert.Zero(t, inv.unchecked, "partition advances without a passing check")
-		unchecked += inv.unchecked
-		for _, d := range inv.overheads {
-			overheads = append(overheads, framework.LeaseBenchMillis(d))
-		}
-	}
+	multiOverheads, multiUnchecked := rolloutBenchOverheads(t, exp, proxy, threeChecks)
 
 	// The baseline: the same StatefulSets without a PhasedRollout, rolled by their own controller.
 	var natives []*rolloutBenchPods
@@ -104,6 +83,63 @@ func TestBenchRolloutStep(t *testing.T) {
 			"Invariant: %d partition decreases without a passing check.", rolloutBenchSets, rolloutBenchReplicas, len(overheads),
 			rolloutBenchSets, unchecked),
 	})
+	framework.RecordFigure(t, benchfmt.Figure{
+		Operator: "rollout", Name: "step overhead with 3 checks per step (last passing check answered -> partition written)", Unit: "ms", Where: "kwok",
+		Samples: multiOverheads, Baseline: "the same step with one check (the figure above, same run)", BaselineSamples: overheads,
+		Targets: []benchfmt.Target{benchfmt.AtMost("p99", 100)},
+		Note: fmt.Sprintf("%d PhasedRollouts of %d pods rolling at once, each step gated by spec.check and two spec.checks (all successThreshold 1, "+
+			"periodSeconds 1, against the same real Prometheus through the recording proxy), %d steps. Invariant: %d partition decreases without a passing check.",
+			rolloutBenchSets, rolloutBenchReplicas, len(multiOverheads), multiUnchecked),
+	})
+}
+
+// rolloutBenchOverheads rolls rolloutBenchSets new StatefulSets of rolloutBenchReplicas pods at once
+// under PhasedRollouts (extra, when set, adds to each one's spec) and returns the step overheads (from
+// the last passing answer the proxy recorded in a step to the partition change the watch saw) and the
+// partition decreases without a passing check (must be 0).
+func rolloutBenchOverheads(t *testing.T, exp *metricsExporter, proxy *recordingProxy, extra func(ns string) map[string]any) ([]float64, int) {
+	t.Helper()
+	type rollout struct {
+		ns string
+		pw *partitionWatch
+	}
+	var rollouts []rollout
+	for range rolloutBenchSets {
+		ns := framework.NewNamespace(t)
+		for i := range rolloutBenchReplicas {
+			exp.setErrors(ns, fmt.Sprintf("web-%d", i), 0)
+		}
+		framework.RolloutStatefulSet(t, ns, "web", rolloutBenchReplicas, 0)
+		pw := watchPartition(t, ns, "web")
+		var spec map[string]any
+		if extra != nil {
+			spec = extra(ns)
+		}
+		createPhasedRollout(t, ns, "pr", "web", proxy.url, 1, 0, spec)
+		rollouts = append(rollouts, rollout{ns, pw})
+	}
+	for _, r := range rollouts {
+		waitRolloutPhase(t, r.ns, "pr", "Updated")
+		waitPartitionValue(t, r.ns, "web", rolloutBenchReplicas)
+	}
+	for _, r := range rollouts {
+		framework.BumpTemplate(t, r.ns, "web", "2")
+	}
+	var overheads []float64
+	unchecked := 0
+	for _, r := range rollouts {
+		waitRolloutPhase(t, r.ns, "pr", "Updated")
+		framework.WaitStatefulSetReady(t, r.ns, "web", rolloutBenchReplicas)
+		require.Eventually(t, func() bool { return len(r.pw.values()) >= rolloutBenchReplicas+2 }, framework.Timeout, framework.Tick, "the watch saw the last change")
+		inv := checkAdvances(r.pw, proxy, r.ns, 1)
+		assert.Equal(t, rolloutBenchReplicas, inv.advances, "one advance per pod: %v", r.pw.values())
+		assert.Zero(t, inv.unchecked, "partition advances without a passing check")
+		unchecked += inv.unchecked
+		for _, d := range inv.overheads {
+			overheads = append(overheads, framework.LeaseBenchMillis(d))
+		}
+	}
+	return overheads, unchecked
 }
 
 // rolloutBenchPods records, for one namespace, when each pod was seen Ready on which revision and
