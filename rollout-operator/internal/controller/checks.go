@@ -28,10 +28,11 @@ type namedCheck struct {
 	spec *rolloutv1alpha1.Check
 }
 
-// stepChecks lists the checks of every step: spec.check when it has a query, then spec.checks.
+// stepChecks lists the checks of every step: spec.check when it has a query or a webhook, then
+// spec.checks.
 func stepChecks(pr *rolloutv1alpha1.PhasedRollout) []namedCheck {
 	var out []namedCheck
-	if pr.Spec.Check.Query != nil {
+	if pr.Spec.Check.Query != nil || pr.Spec.Check.Webhook != nil {
 		out = append(out, namedCheck{name: rolloutv1alpha1.SeedCheckName, spec: &pr.Spec.Check})
 	}
 	for i := range pr.Spec.Checks {
@@ -49,6 +50,14 @@ func usesCheckSet(pr *rolloutv1alpha1.PhasedRollout) bool {
 // runChecks runs every check of the current step that is due and has not passed yet, records each
 // result, and decides the step (decideChecks).
 func (r *Reconciler) runChecks(ctx context.Context, s *scope, partition, ordinal int32) (reconcile.Result, error) {
+	checks, run := r.evaluateChecks(ctx, s, ordinal)
+	return r.decideChecks(ctx, s, partition, checks, run)
+}
+
+// evaluateChecks runs every check of the step in status.rollingPodStatus that is due and has not
+// passed yet, judging the pod of ordinal, and records each result in that step; it decides nothing
+// (runChecks and the dry run decide from what it returns).
+func (r *Reconciler) evaluateChecks(ctx context.Context, s *scope, ordinal int32) ([]namedCheck, checkRun) {
 	pr, st := s.pr, s.pr.Status.RollingPodStatus
 	checks := stepChecks(pr)
 	if st.PodsReadyTime == nil {
@@ -90,7 +99,23 @@ func (r *Reconciler) runChecks(ctx context.Context, s *scope, partition, ordinal
 	if len(run.messages) > 0 {
 		pr.Status.LastQueryResult = boundMessage(strings.Join(run.messages, "; "))
 	}
-	return r.decideChecks(ctx, s, partition, checks, run)
+	return checks, run
+}
+
+// notPassed lists the names of the checks of step st that have not reached their threshold.
+func notPassed(st *rolloutv1alpha1.RollingPodStatus) string {
+	var names []string
+	for _, cs := range st.Checks {
+		if !cs.Passed {
+			names = append(names, cs.Name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// allChecksPassed reports whether every check of step st reached its threshold.
+func allChecksPassed(st *rolloutv1alpha1.RollingPodStatus) bool {
+	return !slices.ContainsFunc(st.Checks, func(cs rolloutv1alpha1.CheckStatus) bool { return !cs.Passed })
 }
 
 // checkRun is what one runChecks saw.
@@ -145,7 +170,7 @@ func (r *Reconciler) decideChecks(ctx context.Context, s *scope, partition int32
 		st.Status = rolloutv1alpha1.StepInconclusive
 		return reconcile.Result{}, nil
 	}
-	if !slices.ContainsFunc(st.Checks, func(cs rolloutv1alpha1.CheckStatus) bool { return !cs.Passed }) {
+	if allChecksPassed(st) {
 		return r.stepPassed(ctx, s, partition, run.checkedAt)
 	}
 	if !erroring {

@@ -232,14 +232,31 @@ func (r *Reconciler) simulateStep(ctx context.Context, s *scope, d *rolloutv1alp
 	ordinal := start + max(min(p, s.replicas-1), 0)
 	st.Pod = fmt.Sprintf("%s-%d", s.sts.Name, ordinal)
 	pr.Status.RollingPodStatus = st
-	if wait := checkWait(s); wait > 0 {
-		pr.Status.Message += fmt.Sprintf("; simulated step at partition %d (pod %s): %s", p, st.Pod, st.Status)
-		return reconcile.Result{RequeueAfter: wait}, nil
+	passed, failed, wait := false, "", time.Duration(0)
+	progress := "" // what the simulated step waits for, in words
+	if usesCheckSet(pr) {
+		// Every check of the step, each on its own delay and period, as runChecks runs them.
+		_, run := r.evaluateChecks(ctx, s, ordinal)
+		passed, wait = allChecksPassed(st), max(run.wait, time.Second)
+		progress = fmt.Sprintf("checks not passed yet: %s", notPassed(st))
+		for _, c := range run.failed {
+			failed = fmt.Sprintf("check %q used up maxTries=%d (onFailure %s)", c.name, *c.spec.MaxTries, c.spec.OnFailure)
+		}
+	} else {
+		if wait := checkWait(s); wait > 0 {
+			pr.Status.Message += fmt.Sprintf("; simulated step at partition %d (pod %s): %s", p, st.Pod, st.Status)
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+		check := pr.Spec.Check
+		recordCheck(pr, r.check(ctx, s, ordinal), time.Now())
+		passed, wait = st.ConsecutiveSuccessfulChecks >= max(check.SuccessThreshold, 1), time.Duration(max(check.PeriodSeconds, 1))*time.Second
+		progress = fmt.Sprintf("%d of %d passes", st.ConsecutiveSuccessfulChecks, max(check.SuccessThreshold, 1))
+		if check.MaxTries != nil && st.TotalChecks >= *check.MaxTries {
+			failed = fmt.Sprintf("used up maxTries=%d (onFailure %s)", *check.MaxTries, check.OnFailure)
+		}
 	}
-	check := pr.Spec.Check
-	recordCheck(pr, r.check(ctx, s, ordinal), time.Now())
 	switch {
-	case st.ConsecutiveSuccessfulChecks >= max(check.SuccessThreshold, 1):
+	case passed:
 		d.WouldAdvance = rolloutv1alpha1.EventWouldAdvance
 		if p == 0 {
 			d.Message = fmt.Sprintf("every step passed its checks: the rollout to revision %s would be complete", d.Revision)
@@ -249,13 +266,13 @@ func (r *Reconciler) simulateStep(ctx context.Context, s *scope, d *rolloutv1alp
 			d.Step = &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(p - 1)}
 		}
 		s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventWouldAdvance, "dry run: %s", d.Message)
-	case check.MaxTries != nil && st.TotalChecks >= *check.MaxTries:
+	case failed != "":
 		d.WouldAdvance = rolloutv1alpha1.EventWouldFail
-		d.Message = fmt.Sprintf("the step at partition %d (pod %s) used up maxTries=%d: the rollout would stop here (onFailure %s)", p, st.Pod, *check.MaxTries, check.OnFailure)
+		d.Message = fmt.Sprintf("the step at partition %d (pod %s) %s: the rollout would stop here", p, st.Pod, failed)
 		s.event(pr, corev1.EventTypeWarning, rolloutv1alpha1.EventWouldFail, "dry run: %s", d.Message)
 	default:
-		pr.Status.Message += fmt.Sprintf("; simulated step at partition %d (pod %s): %d of %d passes", p, st.Pod, st.ConsecutiveSuccessfulChecks, max(check.SuccessThreshold, 1))
-		return reconcile.Result{RequeueAfter: time.Duration(max(check.PeriodSeconds, 1)) * time.Second}, nil
+		pr.Status.Message += fmt.Sprintf("; simulated step at partition %d (pod %s): %s", p, st.Pod, progress)
+		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	pr.Status.Message += "; " + d.Message
 	return reconcile.Result{RequeueAfter: promoteAgain}, nil

@@ -57,11 +57,12 @@ func newRolloutSecretAccess(c client.Client, apiReader client.Reader, clusterRol
 	}
 }
 
-// namesSecret reports whether pr's check reads a Secret: check.query.secretRef or
-// check.webhook.secretRef (the same grant serves both).
+// namesSecret reports whether one of pr's checks reads a Secret: the query's or the webhook's
+// secretRef of spec.check or of a spec.checks element (the same grant serves them all).
 func namesSecret(pr *rolloutv1alpha1.PhasedRollout) bool {
-	c := pr.Spec.Check
-	return (c.Query != nil && c.Query.SecretRef != "") || (c.Webhook != nil && c.Webhook.SecretRef != "")
+	return slices.ContainsFunc(stepChecks(pr), func(c namedCheck) bool {
+		return (c.spec.Query != nil && c.spec.Query.SecretRef != "") || (c.spec.Webhook != nil && c.spec.Webhook.SecretRef != "")
+	})
 }
 
 // setupSecretAccess registers the controller that keeps the RoleBindings: it reconciles a namespace
