@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -184,9 +185,13 @@ func TestKstatusCompute(t *testing.T) {
 // metadata.generation, so kstatus never reads a stale status as Current.
 func TestObservedGenerationFollowsSpecChanges(t *testing.T) {
 	f := newRunningSingleton(t, "db")
-	ss := f.singleton("db")
-	ss.Spec.MaxTransitionTime = 600
-	require.NoError(t, suite.Client.Update(t.Context(), ss))
+	// Retried on a conflict: the operator may write the object (its finalizer) between the read and
+	// the update, as any client's write would race it.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ss := f.singleton("db")
+		ss.Spec.MaxTransitionTime = 600
+		return suite.Client.Update(t.Context(), ss)
+	}))
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		got := f.singleton("db")
 		assert.Greater(c, got.Generation, int64(1))
