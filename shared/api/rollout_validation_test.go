@@ -194,7 +194,12 @@ func rolloutBadInputs() []badInput {
 		spec string // the object's spec block, indented by two spaces
 		want []string
 	}{
-		{"targetRef missing", "  check:\n" + query, []string{"spec.targetRef", "Required value"}},
+		{"targetRef missing (CEL)", "  check:\n" + query, []string{"spec", "exactly one of spec.targetRef and spec.targetRefs"}},
+		{"targetRef and targetRefs both set (CEL)", "  targetRef: web\n  targetRefs: [zone-a]\n  check:\n" + query, []string{"spec", "exactly one of spec.targetRef and spec.targetRefs"}},
+		{"targetRefs empty", "  targetRefs: []\n  check:\n" + query, []string{"spec.targetRefs", "at least 1 item"}},
+		{"targetRefs with a duplicate (CEL)", "  targetRefs: [zone-a, zone-a]\n  check:\n" + query, []string{"spec.targetRefs", "must not name a StatefulSet twice"}},
+		{"targetRefs element not a DNS name", "  targetRefs: [zone-a, Zone_B]\n  check:\n" + query, []string{"spec.targetRefs[1]"}},
+		{"targetRefs more than 16", "  targetRefs: [" + strings.Repeat("z, ", 16) + "z]\n  check:\n" + query, []string{"spec.targetRefs", "must have at most 16 items"}},
 		{"targetRef not a DNS name", "  targetRef: Web_1\n  check:\n" + query, []string{"spec.targetRef"}},
 		{"targetRef of 64 characters", "  targetRef: " + strings.Repeat("w", 64) + "\n  check:\n" + query, []string{"spec.targetRef", "may not be more than 63"}},
 		{"successThreshold 0", "  targetRef: web\n  check:\n    successThreshold: 0\n" + query, []string{"spec.check.successThreshold"}},
@@ -376,6 +381,19 @@ spec:
 		rejectUpdateOf(t, obj, func(u *unstructured.Unstructured) {
 			require.NoError(t, unstructured.SetNestedField(u.Object, "other", "spec", "targetRef"))
 		}, "spec.targetRef", "immutable")
+	})
+	t.Run("targetRefs is immutable", func(t *testing.T) {
+		obj := mustApply(t, strings.Replace(strings.Replace(doc, "pr-update", "pr-update-zones", 1), "targetRef: web", "targetRefs: [zone-a, zone-b]", 1))
+		rejectUpdateOf(t, obj, func(u *unstructured.Unstructured) {
+			require.NoError(t, unstructured.SetNestedStringSlice(u.Object, []string{"zone-b", "zone-a"}, "spec", "targetRefs"))
+		}, "spec.targetRefs", "immutable")
+	})
+	t.Run("targetRef cannot become targetRefs", func(t *testing.T) {
+		obj := mustApply(t, strings.Replace(doc, "pr-update", "pr-update-switch", 1))
+		rejectUpdateOf(t, obj, func(u *unstructured.Unstructured) {
+			unstructured.RemoveNestedField(u.Object, "spec", "targetRef")
+			require.NoError(t, unstructured.SetNestedStringSlice(u.Object, []string{"web", "zone-b"}, "spec", "targetRefs"))
+		}, "cannot switch between them")
 	})
 	t.Run("setting a conflicting alias is refused", func(t *testing.T) {
 		obj := mustApply(t, doc)

@@ -135,6 +135,17 @@ func setControlStatus(s *scope) {
 			c.ObservedGeneration = pr.Generation
 		}
 		return
+	case len(s.targets) > 0:
+		cond.Status, cond.Reason = metav1.ConditionTrue, "AllReplicasAvailable"
+		var counts []string
+		for _, sts := range s.targets {
+			replicas := ptr.Deref(sts.Spec.Replicas, 1)
+			if sts.Status.AvailableReplicas < replicas {
+				cond.Status, cond.Reason = metav1.ConditionFalse, "ReplicasUnavailable"
+			}
+			counts = append(counts, fmt.Sprintf("%s %d of %d", sts.Name, sts.Status.AvailableReplicas, replicas))
+		}
+		cond.Message = "available replicas: " + strings.Join(counts, ", ")
 	default:
 		avail := s.sts.Status.AvailableReplicas
 		cond.Status, cond.Reason = metav1.ConditionTrue, "AllReplicasAvailable"

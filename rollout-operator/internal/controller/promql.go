@@ -35,7 +35,11 @@ func checkSpec(pr *rolloutv1alpha1.PhasedRollout) *specProblem {
 // queryProblem returns the problem of one check's query (field names the check: "spec.check" or
 // "spec.checks[name]"), or nil.
 func queryProblem(pr *rolloutv1alpha1.PhasedRollout, field string, q *rolloutv1alpha1.PrometheusQuery) *specProblem {
-	expr := expandQuery(q.Expr, pr.Namespace, pr.Spec.TargetRef, pr.Spec.TargetRef+"-0", 0, "revision")
+	sts := "statefulset"
+	if targets := pr.Spec.Targets(); len(targets) > 0 {
+		sts = targets[0]
+	}
+	expr := expandQuery(q.Expr, pr.Namespace, sts, sts+"-0", 0, "revision")
 	if _, err := parser.ParseExpr(expr); err != nil {
 		return &specProblem{reason: rolloutv1alpha1.ReasonInvalidQuery, message: fmt.Sprintf("%s.query.expr is not valid PromQL: %v", field, err)}
 	}

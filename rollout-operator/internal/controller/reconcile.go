@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -21,11 +23,14 @@ import (
 // once when Reconcile returns) and its status as read, the StatefulSet and its replicas as read from the
 // API server, and the Events to record once the status is written.
 type scope struct {
-	pr       *rolloutv1alpha1.PhasedRollout
-	orig     *rolloutv1alpha1.PhasedRollout // as read: the status patch's base
-	now      time.Time
-	sts      *appsv1.StatefulSet // nil until readTarget found it
-	replicas int32               // sts's spec.replicas (default 1)
+	pr   *rolloutv1alpha1.PhasedRollout
+	orig *rolloutv1alpha1.PhasedRollout // as read: the status patch's base
+	now  time.Time
+	sts  *appsv1.StatefulSet // nil until readTarget found it
+	// targets are the StatefulSets of spec.targetRefs as read (nil: not found); sts is the active
+	// one. Unset with spec.targetRef.
+	targets  []*appsv1.StatefulSet
+	replicas int32 // sts's spec.replicas (default 1)
 	events   []pendingEvent
 	// invalid is what in the spec the operator can never act on (checkSpec): the PhasedRollout is
 	// Stalled and nothing is done to the StatefulSet until the spec changes.
@@ -128,16 +133,26 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 		// stays frozen where it is); the spec's next update reconciles again.
 		return reconcile.Result{}, nil
 	}
+	if len(s.pr.Spec.TargetRefs) > 0 {
+		return r.reconcileTargets(ctx, s)
+	}
 	if found, err := r.readTarget(ctx, s); err != nil || !found {
 		return reconcile.Result{}, err
 	}
 	if refused, err := r.cannotManage(ctx, s); err != nil || refused {
 		return reconcile.Result{}, err
 	}
-	s.pr.Status.CurrentRevision = s.sts.Status.CurrentRevision
 	if skipCheck(s.pr) {
+		s.pr.Status.CurrentRevision = s.sts.Status.CurrentRevision
 		return reconcile.Result{}, r.suspend(ctx, s)
 	}
+	return r.reconcileTarget(ctx, s)
+}
+
+// reconcileTarget runs the rollout of the StatefulSet in the scope (spec.targetRef, or the active one
+// of spec.targetRefs): hold a new one until its revisions are known, then act on its revisions.
+func (r *Reconciler) reconcileTarget(ctx context.Context, s *scope) (reconcile.Result, error) {
+	s.pr.Status.CurrentRevision = s.sts.Status.CurrentRevision
 	if s.sts.Status.ObservedGeneration < s.sts.Generation || s.sts.Status.UpdateRevision == "" {
 		// The StatefulSet controller has not yet computed the revisions of the latest spec.
 		return reconcile.Result{RequeueAfter: time.Second}, r.holdIfNew(ctx, s)
@@ -210,8 +225,8 @@ func (r *Reconciler) takeOverStale(ctx context.Context, s *scope, owner string) 
 		why = "does not exist"
 	case err != nil:
 		return false, fmt.Errorf("reading PhasedRollout %s, named by StatefulSet %s's %s annotation: %w", owner, sts.Name, rolloutv1alpha1.ManagedByAnnotation, err)
-	case other.Spec.TargetRef != sts.Name:
-		why = fmt.Sprintf("targets StatefulSet %s", other.Spec.TargetRef)
+	case !slices.Contains(other.Spec.Targets(), sts.Name):
+		why = fmt.Sprintf("targets StatefulSet(s) %s", strings.Join(other.Spec.Targets(), ", "))
 	default:
 		return false, nil
 	}

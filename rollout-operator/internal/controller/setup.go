@@ -49,7 +49,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	opsutil.RegisterMetrics(stepsTotal, checksTotal, stepDuration, stepOverhead)
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &rolloutv1alpha1.PhasedRollout{}, indexTarget, func(o client.Object) []string {
-		return []string{o.(*rolloutv1alpha1.PhasedRollout).Spec.TargetRef}
+		return o.(*rolloutv1alpha1.PhasedRollout).Spec.Targets()
 	}); err != nil {
 		return err
 	}

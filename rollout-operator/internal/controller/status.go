@@ -101,7 +101,7 @@ func (r *Reconciler) stepEvent(pr, orig *rolloutv1alpha1.PhasedRollout) bool {
 	case rolloutv1alpha1.StepWaitForPodToBeUpdated:
 		note = fmt.Sprintf("Waiting for pod %s to run revision %s and be Ready (partition %d)", step.Pod, pr.Status.UpdateRevision, ptr.Deref(step.Partition, 0))
 	case rolloutv1alpha1.StepWaitForAllPodsToBeAvailable:
-		note = fmt.Sprintf("Waiting for every pod of StatefulSet %s to be available before checking pod %s", pr.Spec.TargetRef, step.Pod)
+		note = fmt.Sprintf("Waiting for every pod of StatefulSet %s to be available before checking pod %s", activeTarget(pr), step.Pod)
 	case rolloutv1alpha1.StepWaitForInitialDelay:
 		note = fmt.Sprintf("Waiting check.initialDelaySeconds before the first check of pod %s", step.Pod)
 	case rolloutv1alpha1.StepWaitForChecks:

@@ -58,19 +58,41 @@ type RollingPodState string
 // +kubebuilder:validation:XValidation:rule="(has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate) || (has(self.check) && (has(self.check.query) || has(self.check.webhook))) || (has(self.checks) && size(self.checks) > 0)",message="spec.check.query is required unless spec.skipCheck is true, spec.check.webhook is set or spec.checks is not empty",fieldPath=".check.query"
 // +kubebuilder:validation:XValidation:rule="!has(self.analysisOnly) || !self.analysisOnly || !((has(self.skipCheck) && self.skipCheck) || (has(self.standardRollingUpdate) && self.standardRollingUpdate))",message="spec.analysisOnly runs the checks: it cannot be combined with spec.skipCheck (or standardRollingUpdate) true",fieldPath=".analysisOnly"
 // +kubebuilder:validation:XValidation:rule="!has(self.checks) || !has(self.check) || !(has(self.check.query) || has(self.check.webhook)) || self.checks.all(c, c.name != 'check')",message="spec.checks[].name must not be \"check\" while spec.check has a query or a webhook: that is spec.check's name in status",fieldPath=".checks"
+// +kubebuilder:validation:XValidation:rule="has(self.targetRef) != has(self.targetRefs)",message="exactly one of spec.targetRef and spec.targetRefs must be set"
+// +kubebuilder:validation:XValidation:rule="has(self.targetRef) == has(oldSelf.targetRef)",message="spec.targetRef and spec.targetRefs are immutable: a PhasedRollout cannot switch between them"
 type PhasedRolloutSpec struct {
 	// targetRef is the name of the StatefulSet, in the PhasedRollout's namespace, to manage. Its
 	// updateStrategy must be RollingUpdate; the operator owns
 	// spec.updateStrategy.rollingUpdate.partition. Cannot be changed after creation: retargeting would
 	// leave the previous StatefulSet's partition frozen. Create a new PhasedRollout instead.
 	// At most 63 characters: a longer StatefulSet name makes pod names (<name>-<ordinal>) that are not
-	// valid hostnames, so such a StatefulSet can have no pods.
-	// +required
+	// valid hostnames, so such a StatefulSet can have no pods. Exactly one of targetRef and targetRefs
+	// is set.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.targetRef is immutable"
-	TargetRef string `json:"targetRef"`
+	TargetRef string `json:"targetRef,omitempty"`
+
+	// targetRefs names several StatefulSets, in the PhasedRollout's namespace, rolled as one ordered
+	// rollout (e.g. one StatefulSet per zone): never two of them rolling at once, and a StatefulSet
+	// starts rolling only when every one before it in this list runs its update revision on every
+	// pod and every pod is Ready. Each is rolled exactly as targetRef's, with the same checks and
+	// steps; the StatefulSets whose turn has not come are held (partition = replicas). A rollout
+	// under way finishes on its StatefulSet before an earlier one that changed meanwhile is rolled.
+	// The status's rollout fields describe status.activeTarget; status.targets lists them all.
+	// Exactly one of targetRef and targetRefs is set; immutable, like targetRef. At most 16 names.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(x, self.exists_one(y, y == x))",message="spec.targetRefs must not name a StatefulSet twice"
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.targetRefs is immutable (its order too)"
+	TargetRefs []string `json:"targetRefs,omitempty"`
 
 	// skipCheck, when true, suspends the phased rollout: the checks are skipped and the StatefulSet's
 	// normal rolling update is resumed. Unset means false. standardRollingUpdate is an alias (the
@@ -366,6 +388,21 @@ type PhasedRolloutStatus struct {
 	// +optional
 	Batch *BatchStatus `json:"batch,omitempty"`
 
+	// activeTarget is the StatefulSet of spec.targetRefs that the rollout fields of this status
+	// (phase, revisions, rollingPodStatus, ...) describe: the one rolling, or the last one rolled.
+	// Unset with spec.targetRef.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	ActiveTarget string `json:"activeTarget,omitempty"`
+
+	// targets is the state of each StatefulSet of spec.targetRefs, in their order. Unset with
+	// spec.targetRef.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Targets []TargetStatus `json:"targets,omitempty"`
+
 	// lastStuckPodRecreated is the last pod recreateStuckPods deleted.
 	// +optional
 	LastStuckPodRecreated *StuckPodRecord `json:"lastStuckPodRecreated,omitempty"`
@@ -490,7 +527,8 @@ type RollingPodStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=statefulops,shortName=pr
-// +kubebuilder:printcolumn:name="Target",type="string",JSONPath=".spec.targetRef",description="The StatefulSet this PhasedRollout manages"
+// +kubebuilder:printcolumn:name="Target",type="string",JSONPath=".spec.targetRef",description="The StatefulSet this PhasedRollout manages (with spec.targetRef)"
+// +kubebuilder:printcolumn:name="Active",type="string",JSONPath=".status.activeTarget",description="The StatefulSet of spec.targetRefs rolling, or last rolled"
 // +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase"
 // +kubebuilder:printcolumn:name="Partition",type="integer",JSONPath=".status.rollingPodStatus.partition"
 // +kubebuilder:printcolumn:name="Step",type="string",JSONPath=".status.rollingPodStatus.status",priority=1
