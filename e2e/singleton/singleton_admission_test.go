@@ -102,6 +102,50 @@ func TestSingletonAdmissionOnTheRealNode(t *testing.T) {
 		}, framework.Timeout, framework.Tick)
 	})
 
+	// Issue 19: a rolling restart of the webhook server (as an upgrade does) refuses no pod creation:
+	// a stopping replica drains (--shutdown-delay) before it stops. Dry-run creations go through
+	// admission, the webhook included, and leave nothing behind.
+	t.Run("rolling restart refuses nothing", func(t *testing.T) {
+		stop := make(chan struct{})
+		var created, refused int
+		var refusals []string
+		loop := make(chan struct{})
+		go func() {
+			defer close(loop)
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				_, err := framework.Clientset.CoreV1().Pods(ns).Create(context.WithoutCancel(t.Context()), appPod("db-", "db"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				created++
+				if err != nil {
+					refused++
+					refusals = append(refusals, err.Error())
+				}
+			}
+		}()
+		time.Sleep(2 * time.Second) // creations before the restart too
+		_, err := framework.Kubectl().Run(t.Context(), "rollout", "restart", "-n", framework.SingletonNamespace, "deployment/"+framework.WebhookDeployment)
+		require.NoError(t, err)
+		_, err = framework.Kubectl().Run(t.Context(), "rollout", "status", "-n", framework.SingletonNamespace, "deployment/"+framework.WebhookDeployment, "--timeout=180s")
+		require.NoError(t, err)
+		// The last old replica drains, then stops, after the rollout is complete.
+		require.Eventually(t, func() bool {
+			pods, err := framework.Clientset.CoreV1().Pods(framework.SingletonNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=webhook-server"})
+			return err == nil && len(pods.Items) == 2
+		}, 2*time.Minute, framework.Tick, "the old webhook server pods are gone")
+		time.Sleep(2 * time.Second)
+		close(stop)
+		<-loop
+		t.Logf("webhook server rolling restart: %d pod creations, %d refused", created, refused)
+		assert.Zero(t, refused, "pod creations refused during the rolling restart: %v", refusals)
+		assert.Greater(t, created, 20, "creations ran throughout the restart")
+	})
+
 	t.Run("webhook down", func(t *testing.T) {
 		scaleWebhook(t, 0)
 		t.Cleanup(func() { scaleWebhook(t, 2) })

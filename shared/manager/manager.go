@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -74,6 +75,7 @@ type flags struct {
 	webhookCertKey          string
 	webhookHost             string
 	webhookPort             int
+	shutdownDelay           time.Duration
 	zap                     zap.Options
 }
 
@@ -127,6 +129,8 @@ func NewRootCommand(opts Options) *cobra.Command {
 		fs.StringVar(&f.webhookCertKey, "webhook-cert-key", "tls.key", "File name of the webhook server's key.")
 		fs.StringVar(&f.webhookHost, "webhook-host", "", "Address the webhook server binds to; empty means all addresses.")
 		fs.IntVar(&f.webhookPort, "webhook-port", 9443, "Port the webhook server listens on.")
+		fs.DurationVar(&f.shutdownDelay, "shutdown-delay", 0,
+			"After SIGTERM, how long the webhook server keeps answering, with /readyz failing and each answer closing its connection, before the binary stops, so the API server moves to other replicas without a refused admission. 0 stops at once; keep it below the pod's terminationGracePeriodSeconds.")
 	}
 	// controller-runtime registers --kubeconfig on the standard flag set; zap adds --zap-*.
 	goflags := flag.NewFlagSet(opts.Name, flag.ContinueOnError)
@@ -158,7 +162,8 @@ func run(ctx context.Context, opts Options, f *flags) error {
 		}
 		return err
 	}
-	mgrOpts, webhookServer, err := managerOptions(opts, f, scheme)
+	d := &drain{}
+	mgrOpts, webhookServer, err := managerOptions(opts, f, scheme, d)
 	if err != nil {
 		return err
 	}
@@ -166,7 +171,7 @@ func run(ctx context.Context, opts Options, f *flags) error {
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
-	if err := addProbes(mgr, webhookServer); err != nil {
+	if err := addProbes(mgr, webhookServer, d); err != nil {
 		return err
 	}
 	if opts.Setup != nil {
@@ -175,7 +180,7 @@ func run(ctx context.Context, opts Options, f *flags) error {
 		}
 	}
 	setupLog.Info("Starting manager", "version", version.Get(), "leaderElection", f.leaderElect, "leaderElectionID", opts.LeaderElectionID)
-	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	if err := mgr.Start(d.managerContext(ctx, f.shutdownDelay, setupLog)); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	setupLog.Info("Manager stopped")
@@ -228,7 +233,7 @@ func waitForOwnKinds(ctx context.Context, log logr.Logger, restConfig *rest.Conf
 // managerOptions are the manager's options from the flags and the binary's Options: metrics, probes,
 // leader election, the cache (Options.Cache, then managedFields stripped), and with Options.Webhooks the
 // webhook server, which is also returned (nil without webhooks) for its readiness check.
-func managerOptions(opts Options, f *flags, scheme *runtime.Scheme) (ctrl.Options, webhook.Server, error) {
+func managerOptions(opts Options, f *flags, scheme *runtime.Scheme, d *drain) (ctrl.Options, webhook.Server, error) {
 	var tlsOpts []func(*tls.Config)
 	if !f.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
@@ -270,21 +275,21 @@ func managerOptions(opts Options, f *flags, scheme *runtime.Scheme) (ctrl.Option
 	if !opts.Webhooks {
 		return mgrOpts, nil, nil
 	}
-	webhookServer := webhook.NewServer(webhook.Options{
+	webhookServer := drainingServer{Server: webhook.NewServer(webhook.Options{
 		Host:     f.webhookHost,
 		Port:     f.webhookPort,
 		CertDir:  f.webhookCertPath,
 		CertName: f.webhookCertName,
 		KeyName:  f.webhookCertKey,
 		TLSOpts:  tlsOpts,
-	})
+	}), drain: d}
 	mgrOpts.WebhookServer = webhookServer
 	return mgrOpts, webhookServer, nil
 }
 
 // addProbes adds /healthz and /readyz, and with a webhook server a readiness check that passes once it
 // serves TLS.
-func addProbes(mgr ctrl.Manager, webhookServer webhook.Server) error {
+func addProbes(mgr ctrl.Manager, webhookServer webhook.Server, d *drain) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding the health check: %w", err)
 	}
@@ -293,6 +298,9 @@ func addProbes(mgr ctrl.Manager, webhookServer webhook.Server) error {
 	}
 	if webhookServer == nil {
 		return nil
+	}
+	if err := mgr.AddReadyzCheck("shutdown", d.readyCheck); err != nil {
+		return fmt.Errorf("adding the shutdown readiness check: %w", err)
 	}
 	// Not ready until the webhook server serves TLS, so no admission request reaches a pod without a
 	// certificate. The check asks the server itself, not mgr.GetWebhookServer(), which would add the
