@@ -40,6 +40,7 @@ import (
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 	"github.com/statefulops/statefulops/shared/podmutation"
 	"github.com/statefulops/statefulops/shared/version"
+	"github.com/statefulops/statefulops/webhook-server/internal/imageconfig"
 	"github.com/statefulops/statefulops/webhook-server/internal/podwebhook"
 )
 
@@ -68,6 +69,8 @@ type Config struct {
 	certSecret    string
 	serviceName   string
 	webhookConfig string
+	images        imageconfig.Options
+	readImages    bool
 }
 
 // AddFlags registers the flags on fs, which also holds the common --webhook-* flags, and turns
@@ -88,6 +91,12 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"Namespace of the certificate Secret and the webhook Service (default: $POD_NAMESPACE). Unused with --webhook-cert-path.")
 	fs.StringVar(&c.certSecret, "cert-secret", "webhook-server-cert", "Secret in which the certificate rotator keeps the CA and serving certificate.")
 	fs.StringVar(&c.serviceName, "service-name", "webhook-service", "Service through which the API server calls the webhooks (the certificate's DNS name).")
+	fs.BoolVar(&c.readImages, "image-config", true,
+		"Read the ENTRYPOINT and CMD of the images of containers without command from their registries, so such pods get Wrapper mode; false: they are held with the scheduling gate.")
+	fs.DurationVar(&c.images.Budget, "image-config-budget", imageconfig.DefaultBudget,
+		"How long an admission waits for a registry (well inside the webhook's timeoutSeconds of 5). Past it the pod is held with the scheduling gate and the lookup goes on in the background for the next pod of that image.")
+	fs.DurationVar(&c.images.TagTTL, "image-config-tag-ttl", imageconfig.DefaultTagTTL,
+		"How long an image config read through a tag is reused (read through a digest: for good).")
 	fs.StringVar(&c.webhookConfig, "webhook-configuration", "mutating-webhook-configuration",
 		"MutatingWebhookConfiguration whose caBundle the certificate rotator keeps current.")
 }
@@ -190,6 +199,9 @@ func (c *Config) registerMutator(mgr ctrl.Manager) {
 		Reader:  mgr.GetClient(),
 		Decoder: admission.NewDecoder(mgr.GetScheme()),
 		Config:  c.Mutation,
+	}
+	if c.readImages {
+		mutator.Images = imageconfig.New(c.images)
 	}
 	switch {
 	case c.grantCAFile != "":
