@@ -155,7 +155,9 @@ func TestHandleReadsPrivateImagesWithThePodsKeychain(t *testing.T) {
 
 type staticKeychain struct{ authn.Authenticator }
 
-func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return k.Authenticator, nil }
+func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) {
+	return k.Authenticator, nil
+}
 
 // A registry slower than the budget: the admission returns within it, held with the scheduling gate;
 // the lookup goes on and the next pod of the image gets Wrapper mode.
