@@ -19,7 +19,7 @@ func TestAddFlagsRegistersTheServersFlagsAndPrefersHTTP2(t *testing.T) {
 	require.NotNil(t, http2)
 	assert.Equal(t, "true", http2.DefValue)
 	assert.Equal(t, "true", http2.Value.String())
-	for _, name := range []string{"sidecar-image", "grant-url", "grant-ca-file", "grant-ca-secret", "cert-namespace", "cert-secret", "service-name", "webhook-configuration", "image-config", "image-config-budget", "image-config-tag-ttl"} {
+	for _, name := range []string{"sidecar-image", "grant-url", "grant-ca-file", "grant-ca-secret", "cert-namespace", "cert-secret", "service-name", "webhook-configuration", "image-config", "image-config-budget", "image-config-tag-ttl", "pull-secret-reader-cluster-role"} {
 		assert.NotNil(t, fs.Lookup(name), "--%s", name)
 	}
 	assert.Equal(t, "2s", fs.Lookup("image-config-budget").DefValue)

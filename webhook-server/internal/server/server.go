@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/statefulops/statefulops/shared/certfiles"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/spf13/pflag"
@@ -42,6 +43,7 @@ import (
 	"github.com/statefulops/statefulops/shared/version"
 	"github.com/statefulops/statefulops/webhook-server/internal/imageconfig"
 	"github.com/statefulops/statefulops/webhook-server/internal/podwebhook"
+	"github.com/statefulops/statefulops/webhook-server/internal/pullsecrets"
 )
 
 // The webhook server reads StatefulSingletons; its certificate rotator updates its Secret and the
@@ -71,6 +73,8 @@ type Config struct {
 	webhookConfig string
 	images        imageconfig.Options
 	readImages    bool
+	pullSecrets   string
+	caches        *pullsecrets.Caches
 }
 
 // AddFlags registers the flags on fs, which also holds the common --webhook-* flags, and turns
@@ -97,6 +101,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"How long an admission waits for a registry (well inside the webhook's timeoutSeconds of 5). Past it the pod is held with the scheduling gate and the lookup goes on in the background for the next pod of that image.")
 	fs.DurationVar(&c.images.TagTTL, "image-config-tag-ttl", imageconfig.DefaultTagTTL,
 		"How long an image config read through a tag is reused (read through a digest: for good).")
+	fs.StringVar(&c.pullSecrets, "pull-secret-reader-cluster-role", pullsecrets.DefaultClusterRole,
+		"ClusterRole (get, list, watch Secrets and ServiceAccounts) the webhook server binds to itself in the namespaces holding a StatefulSingleton, to read image configs with the pods' pull secrets; empty: images are read anonymously and no RoleBinding is written.")
 	fs.StringVar(&c.webhookConfig, "webhook-configuration", "mutating-webhook-configuration",
 		"MutatingWebhookConfiguration whose caBundle the certificate rotator keeps current.")
 }
@@ -123,6 +129,9 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	caKnown, err := c.followGrantCA(mgr)
 	if err != nil {
+		return err
+	}
+	if err := c.setupPullSecrets(ctx, mgr); err != nil {
 		return err
 	}
 	register := func() { c.registerMutator(mgr) }
@@ -174,6 +183,20 @@ func readyOnceSingletonsSynced(ctx context.Context, mgr ctrl.Manager) error {
 	})
 }
 
+// setupPullSecrets registers the per-namespace pull secret caches and the RoleBindings that allow them
+// (package pullsecrets), unless image configs are not read or --pull-secret-reader-cluster-role is empty.
+func (c *Config) setupPullSecrets(ctx context.Context, mgr ctrl.Manager) error {
+	if !c.readImages || c.pullSecrets == "" {
+		return nil
+	}
+	subject, err := opsutil.SelfSubject(ctx, mgr.GetClient())
+	if err != nil {
+		return err
+	}
+	c.caches = &pullsecrets.Caches{Config: mgr.GetConfig(), Scheme: mgr.GetScheme()}
+	return pullsecrets.Setup(mgr, c.caches, c.pullSecrets, subject)
+}
+
 // followGrantCA follows the grant CA in the operator's Secret (--grant-ca-secret without
 // --grant-ca-file), in both certificate modes: cert-manager's overlay serves a mounted certificate but
 // still reads the grant CA through the API. The channel closes once a CA is held; it is nil when the CA
@@ -202,6 +225,9 @@ func (c *Config) registerMutator(mgr ctrl.Manager) {
 	}
 	if c.readImages {
 		mutator.Images = imageconfig.New(c.images)
+		if c.caches != nil {
+			mutator.Keychain = c.caches.Keychain
+		}
 	}
 	switch {
 	case c.grantCAFile != "":
