@@ -13,6 +13,12 @@
 // ServiceAccounts and of its Secrets of type kubernetes.io/dockerconfigjson only (a field selector: RBAC
 // cannot narrow a grant by Secret type, the cache never holds another type). Until a namespace's cache
 // has synced (the RoleBinding is new, or the replica just started) its pods' images are read anonymously.
+//
+// The keychain is go-containerregistry's pkg/authn/kubernetes NewFromPullSecrets over the cached
+// Secrets, not k8schain: k8schain adds the cloud providers' credential helpers (AWS, Azure, GCP SDKs in
+// the binary, and calls to their metadata services from an admission path) and its kubernetes.New reads
+// the ServiceAccount and Secrets through the API at every lookup, which the webhook may not do per pod.
+// NewFromPullSecrets matches registries exactly as the kubelet's keyring does (longest path first).
 package pullsecrets
 
 import (
