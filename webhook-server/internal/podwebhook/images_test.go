@@ -118,6 +118,17 @@ func TestHandleWrapsAPodWithoutCommandFromItsImageConfig(t *testing.T) {
 		requireWrapper(t, got)
 		assert.Equal(t, []string{"/" + arch}, originalArgv(t, got, "db"))
 	}
+
+	// A pod that names its node: the node's platform, over its nodeSelector.
+	m.NodeLabels = func(name string) (map[string]string, bool) {
+		return map[string]string{corev1.LabelOSStable: "linux", corev1.LabelArchStable: "arm64"}, name == "arm-node"
+	}
+	pod := imagePod(multi)
+	pod.Spec.NodeName = "arm-node"
+	pod.Spec.NodeSelector = map[string]string{corev1.LabelArchStable: "amd64"}
+	got = admit(t, m, pod)
+	requireWrapper(t, got)
+	assert.Equal(t, []string{"/arm64"}, originalArgv(t, got, "db"))
 }
 
 // Every fallback keeps today's SchedulingGate hold, with the reason in the annotation.

@@ -32,6 +32,7 @@ import (
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -75,6 +76,7 @@ type Config struct {
 	readImages    bool
 	pullSecrets   string
 	caches        *pullsecrets.Caches
+	nodeLabels    func(name string) (map[string]string, bool)
 }
 
 // AddFlags registers the flags on fs, which also holds the common --webhook-* flags, and turns
@@ -132,6 +134,9 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		return err
 	}
 	if err := c.setupPullSecrets(ctx, mgr); err != nil {
+		return err
+	}
+	if err := c.followNodes(ctx, mgr); err != nil {
 		return err
 	}
 	register := func() { c.registerMutator(mgr) }
@@ -197,6 +202,37 @@ func (c *Config) setupPullSecrets(ctx context.Context, mgr ctrl.Manager) error {
 	return pullsecrets.Setup(mgr, c.caches, c.pullSecrets, subject)
 }
 
+// The platform of a multi-arch image is the node's when a pod names its node: the webhook server
+// follows the nodes' metadata (labels kubernetes.io/os and kubernetes.io/arch), not their status.
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+
+// followNodes keeps a metadata-only cache of the nodes when image configs are read, for
+// imageconfig.Platform; a node not (yet) in it falls back to the pod's nodeSelector.
+func (c *Config) followNodes(ctx context.Context, mgr ctrl.Manager) error {
+	if !c.readImages {
+		return nil
+	}
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	informer, err := mgr.GetCache().GetInformer(ctx, node)
+	if err != nil {
+		return fmt.Errorf("watching the nodes' metadata: %w", err)
+	}
+	reader := mgr.GetCache()
+	c.nodeLabels = func(name string) (map[string]string, bool) {
+		if !informer.HasSynced() {
+			return nil, false
+		}
+		got := &metav1.PartialObjectMetadata{}
+		got.SetGroupVersionKind(node.GroupVersionKind())
+		if err := reader.Get(context.Background(), types.NamespacedName{Name: name}, got); err != nil {
+			return nil, false
+		}
+		return got.Labels, true
+	}
+	return nil
+}
+
 // followGrantCA follows the grant CA in the operator's Secret (--grant-ca-secret without
 // --grant-ca-file), in both certificate modes: cert-manager's overlay serves a mounted certificate but
 // still reads the grant CA through the API. The channel closes once a CA is held; it is nil when the CA
@@ -228,6 +264,7 @@ func (c *Config) registerMutator(mgr ctrl.Manager) {
 		if c.caches != nil {
 			mutator.Keychain = c.caches.Keychain
 		}
+		mutator.NodeLabels = c.nodeLabels
 	}
 	switch {
 	case c.grantCAFile != "":
