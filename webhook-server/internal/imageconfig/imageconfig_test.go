@@ -20,7 +20,7 @@ import (
 	"github.com/statefulops/statefulops/webhook-server/internal/imageconfig/registrytest"
 )
 
-var linuxAMD64 = v1.Platform{OS: "linux", Architecture: "amd64"}
+var linuxAMD64 = registrytest.LinuxAMD64
 
 // clock is a settable clock for the tag TTL.
 type clock struct{ now atomic.Int64 }
@@ -182,9 +182,7 @@ func pullSecret(t *testing.T, host, user, password string) authn.Keychain {
 // A registry behind basic auth: read with the pod's pull secret; without it or with a wrong one the
 // lookup fails at once with the registry's refusal (no wait for the budget).
 func TestResolveAuthenticatesWithPullSecrets(t *testing.T) {
-	reg := registrytest.New(t, "puller", "s3cret")
-	image := reg.Host + "/private:1"
-	reg.Push(t, "private:1", registrytest.Image(t, v1.Config{Cmd: []string{"/private"}}, linuxAMD64))
+	reg, image := registrytest.Serve(t, "puller", "s3cret", "private:1", v1.Config{Cmd: []string{"/private"}})
 	r := imageconfig.New(imageconfig.Options{Budget: 10 * time.Second})
 
 	start := time.Now()
@@ -204,9 +202,7 @@ func TestResolveAuthenticatesWithPullSecrets(t *testing.T) {
 
 // A failing registry: the error says so, is not cached, and the next lookup succeeds once it recovers.
 func TestResolveReportsAFailingRegistry(t *testing.T) {
-	reg := registrytest.New(t, "", "")
-	image := reg.Host + "/app:1"
-	reg.Push(t, "app:1", registrytest.Image(t, v1.Config{Entrypoint: []string{"/app"}}, linuxAMD64))
+	reg, image := registrytest.Serve(t, "", "", "app:1", v1.Config{Entrypoint: []string{"/app"}})
 	r := imageconfig.New(imageconfig.Options{})
 	reg.Fail(http.StatusInternalServerError)
 	_, err := resolve(t, r, image)
@@ -227,9 +223,7 @@ func TestResolveReportsAFailingRegistry(t *testing.T) {
 // lookup (deduplicated across them) goes on and fills the cache, and the next admission gets the config
 // without asking the registry again.
 func TestResolveGoesOnInTheBackgroundPastTheBudget(t *testing.T) {
-	reg := registrytest.New(t, "", "")
-	image := reg.Host + "/slow:1"
-	reg.Push(t, "slow:1", registrytest.Image(t, v1.Config{Entrypoint: []string{"/slow"}}, linuxAMD64))
+	reg, image := registrytest.Serve(t, "", "", "slow:1", v1.Config{Entrypoint: []string{"/slow"}})
 	r := imageconfig.New(imageconfig.Options{Budget: 200 * time.Millisecond})
 	release := reg.Hold()
 	defer release()
@@ -263,14 +257,13 @@ func TestResolveGoesOnInTheBackgroundPastTheBudget(t *testing.T) {
 
 // An admission's own deadline ends its wait as the budget does.
 func TestResolveHonoursTheAdmissionsDeadline(t *testing.T) {
-	reg := registrytest.New(t, "", "")
-	reg.Push(t, "slow:1", registrytest.Image(t, v1.Config{Entrypoint: []string{"/slow"}}, linuxAMD64))
+	reg, image := registrytest.Serve(t, "", "", "slow:1", v1.Config{Entrypoint: []string{"/slow"}})
 	r := imageconfig.New(imageconfig.Options{Budget: time.Minute})
 	release := reg.Hold()
 	defer release()
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	_, err := r.Resolve(ctx, imageconfig.Request{Namespace: "ns", Image: reg.Host + "/slow:1", Platform: linuxAMD64})
+	_, err := r.Resolve(ctx, imageconfig.Request{Namespace: "ns", Image: image, Platform: linuxAMD64})
 	require.ErrorIs(t, err, imageconfig.ErrBudget)
 }
 

@@ -89,7 +89,7 @@ func requireFallback(t testing.TB, pod *corev1.Pod, reason string) {
 	require.Empty(t, pod.Spec.Containers[0].Command)
 }
 
-var amd64 = v1.Platform{OS: "linux", Architecture: "amd64"}
+var amd64 = registrytest.LinuxAMD64
 
 // A pod without command is admitted in Wrapper mode, its wrapper getting the image's ENTRYPOINT and CMD
 // — or ENTRYPOINT and the pod's args — read from a real registry; the image's platform follows the
@@ -151,15 +151,14 @@ func TestHandleFallsBackWithTheReason(t *testing.T) {
 
 // A private registry: refused without credentials (the reason says so), read with the pod's keychain.
 func TestHandleReadsPrivateImagesWithThePodsKeychain(t *testing.T) {
-	reg := registrytest.New(t, "puller", "s3cret")
-	reg.Push(t, "private:1", registrytest.Image(t, v1.Config{Cmd: []string{"/private"}}, amd64))
+	_, image := registrytest.Serve(t, "puller", "s3cret", "private:1", v1.Config{Cmd: []string{"/private"}})
 	m := imageMutator(t, imageconfig.Options{})
-	requireFallback(t, admit(t, m, imagePod(reg.Host+"/private:1")), "UNAUTHORIZED")
+	requireFallback(t, admit(t, m, imagePod(image)), "UNAUTHORIZED")
 
 	m.Keychain = func(_ context.Context, pod *corev1.Pod) authn.Keychain {
 		return staticKeychain{&authn.Basic{Username: "puller", Password: "s3cret"}}
 	}
-	got := admit(t, m, imagePod(reg.Host+"/private:1"))
+	got := admit(t, m, imagePod(image))
 	requireWrapper(t, got)
 	assert.Equal(t, []string{"/private"}, originalArgv(t, got, "db"))
 }
@@ -173,20 +172,19 @@ func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) {
 // A registry slower than the budget: the admission returns within it, held with the scheduling gate;
 // the lookup goes on and the next pod of the image gets Wrapper mode.
 func TestHandleNeverWaitsPastTheBudget(t *testing.T) {
-	reg := registrytest.New(t, "", "")
-	reg.Push(t, "slow:1", registrytest.Image(t, v1.Config{Entrypoint: []string{"/slow"}}, amd64))
+	reg, image := registrytest.Serve(t, "", "", "slow:1", v1.Config{Entrypoint: []string{"/slow"}})
 	m := imageMutator(t, imageconfig.Options{Budget: 300 * time.Millisecond})
 	release := reg.Hold()
 	defer release()
 
 	start := time.Now()
-	requireFallback(t, admit(t, m, imagePod(reg.Host+"/slow:1")), "did not answer within the webhook's budget")
+	requireFallback(t, admit(t, m, imagePod(image)), "did not answer within the webhook's budget")
 	assert.Less(t, time.Since(start), 3*time.Second)
 
 	release()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		got := admit(t, m, imagePod(reg.Host+"/slow:1"))
+		got := admit(t, m, imagePod(image))
 		assert.Equal(c, "Wrapper", got.Annotations[singletonv1.AnnotationHoldMode])
 	}, 10*time.Second, 50*time.Millisecond)
-	assert.Equal(t, []string{"/slow"}, originalArgv(t, admit(t, m, imagePod(reg.Host+"/slow:1")), "db"))
+	assert.Equal(t, []string{"/slow"}, originalArgv(t, admit(t, m, imagePod(image)), "db"))
 }

@@ -129,14 +129,20 @@ func Image(tb testing.TB, cfg v1.Config, platform v1.Platform) v1.Image {
 // Push writes img as repo:tag (repo without the host) and returns the reference by digest.
 func (r *Registry) Push(tb testing.TB, repoTag string, img v1.Image) string {
 	tb.Helper()
+	return r.push(tb, repoTag, img, func(ref name.Reference) error { return remote.Write(ref, img, r.auth()) })
+}
+
+// push writes obj as repo:tag with write and returns the reference by obj's digest.
+func (r *Registry) push(tb testing.TB, repoTag string, obj interface{ Digest() (v1.Hash, error) }, write func(name.Reference) error) string {
+	tb.Helper()
 	ref, err := name.ParseReference(r.Host + "/" + repoTag)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := remote.Write(ref, img, r.auth()); err != nil {
+	if err := write(ref); err != nil {
 		tb.Fatal(err)
 	}
-	digest, err := img.Digest()
+	digest, err := obj.Digest()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -153,20 +159,21 @@ type Manifest struct {
 // digest.
 func (r *Registry) PushIndex(tb testing.TB, repoTag string, images ...Manifest) string {
 	tb.Helper()
-	ref, err := name.ParseReference(r.Host + "/" + repoTag)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	idx := v1.ImageIndex(empty.Index)
 	for _, m := range images {
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: m.Image, Descriptor: v1.Descriptor{Platform: &m.Platform}})
 	}
-	if err := remote.WriteIndex(ref, idx, r.auth()); err != nil {
-		tb.Fatal(err)
-	}
-	digest, err := idx.Digest()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return ref.Context().Digest(digest.String()).String()
+	return r.push(tb, repoTag, idx, func(ref name.Reference) error { return remote.WriteIndex(ref, idx, r.auth()) })
+}
+
+// LinuxAMD64 is the platform of the images Serve pushes.
+var LinuxAMD64 = v1.Platform{OS: "linux", Architecture: "amd64"}
+
+// Serve serves a registry (New) holding one linux/amd64 image with cfg as repoTag, and returns it with
+// the image's reference by tag.
+func Serve(tb testing.TB, user, password, repoTag string, cfg v1.Config) (*Registry, string) {
+	tb.Helper()
+	r := New(tb, user, password)
+	r.Push(tb, repoTag, Image(tb, cfg, LinuxAMD64))
+	return r, r.Host + "/" + repoTag
 }
