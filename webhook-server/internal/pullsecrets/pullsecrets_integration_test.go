@@ -127,6 +127,12 @@ func TestRoleBindingPolicy(t *testing.T) {
 	require.NoError(t, err)
 	with := namespace(t, "pull-with-")
 	singleton(t, with)
+	// The grant held (under another name), as it is while the webhook server runs: the Secret reads it
+	// gives do not let it bind a role of the same rules to anyone else either (the policies refuse it,
+	// not only RBAC's escalation check).
+	held := access().RoleBinding(with)
+	held.Name, held.Labels = "held-pull-secret-grant", nil
+	require.NoError(t, suite.Client.Create(context.Background(), held))
 	attempts, allowed := testsupport.CheckRoleBindingPolicy(t, as, suite.Client, access(), with, namespace(t, "pull-without-"))
 	assert.Positive(t, attempts)
 	assert.Zero(t, allowed)
