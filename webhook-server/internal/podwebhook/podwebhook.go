@@ -1,5 +1,6 @@
 // Package podwebhook is the StatefulSingleton pod mutation: at pod CREATE it finds the StatefulSingleton
-// that selects the pod and returns the JSON patch computed by shared/podmutation. Pods no
+// that selects the pod and returns the JSON patch computed by shared/podmutation, with the ENTRYPOINT
+// and CMD of the images of its containers without command (package imageconfig, within a budget). Pods no
 // StatefulSingleton selects get an empty patch. UPDATE is never registered (and is allowed unchanged
 // should it arrive), so label and annotation changes of managed pods are never blocked or rewritten.
 package podwebhook
