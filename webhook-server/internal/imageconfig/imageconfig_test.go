@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/statefulops/statefulops/webhook-server/internal/imageconfig"
 	"github.com/statefulops/statefulops/webhook-server/internal/imageconfig/registrytest"
@@ -167,14 +166,9 @@ func TestResolveCacheIsBounded(t *testing.T) {
 	assert.Greater(t, reg.ManifestRequests(), reads, "the oldest was evicted")
 }
 
-func pullSecret(t *testing.T, host, user, password string) authn.Keychain {
+func pullSecret(t *testing.T, reg *registrytest.Registry, user, password string) authn.Keychain {
 	t.Helper()
-	kc, err := k8schain.NewFromPullSecrets(t.Context(), []corev1.Secret{{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pull"},
-		Type:       corev1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + host + `":{"username":"` + user +
-			`","password":"` + password + `"}}}`)},
-	}})
+	kc, err := k8schain.NewFromPullSecrets(t.Context(), []corev1.Secret{*reg.PullSecret("ns", "pull", user, password)})
 	require.NoError(t, err)
 	return kc
 }
@@ -191,11 +185,11 @@ func TestResolveAuthenticatesWithPullSecrets(t *testing.T) {
 	assert.Contains(t, err.Error(), "UNAUTHORIZED")
 	assert.Less(t, time.Since(start), 5*time.Second, "a refusal is not a timeout")
 
-	_, err = r.Resolve(t.Context(), imageconfig.Request{Namespace: "ns", Image: image, Platform: linuxAMD64, Keychain: pullSecret(t, reg.Host, "puller", "wrong")})
+	_, err = r.Resolve(t.Context(), imageconfig.Request{Namespace: "ns", Image: image, Platform: linuxAMD64, Keychain: pullSecret(t, reg, "puller", "wrong")})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "UNAUTHORIZED")
 
-	got, err := r.Resolve(t.Context(), imageconfig.Request{Namespace: "ns", Image: image, Platform: linuxAMD64, Keychain: pullSecret(t, reg.Host, "puller", "s3cret")})
+	got, err := r.Resolve(t.Context(), imageconfig.Request{Namespace: "ns", Image: image, Platform: linuxAMD64, Keychain: pullSecret(t, reg, "puller", "s3cret")})
 	require.NoError(t, err, "an earlier failure is not cached")
 	assert.Equal(t, []string{"/private"}, got.Cmd)
 }

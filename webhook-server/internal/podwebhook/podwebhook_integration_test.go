@@ -270,12 +270,7 @@ func TestTheGrantCAFollowsTheOperatorsSecret(t *testing.T) {
 func TestAPodWithoutCommandGetsWrapperModeFromItsPrivateImage(t *testing.T) {
 	reg, image := registrytest.Serve(t, "puller", "s3cret", "private/db:1", v1.Config{Entrypoint: []string{"docker-entrypoint.sh"}, Cmd: []string{"postgres"}})
 	ns := newNamespace(t)
-	require.NoError(t, k8s.Create(t.Context(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "registry"},
-		Type:       corev1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + reg.Host +
-			`":{"username":"puller","password":"s3cret"}}}`)},
-	}))
+	require.NoError(t, k8s.Create(t.Context(), reg.PullSecret(ns, "registry", "puller", "s3cret")))
 	newSingleton(t, ns, "db", singletonv1.HoldModeWrapper, map[string]string{"app": "db"})
 
 	i := 0

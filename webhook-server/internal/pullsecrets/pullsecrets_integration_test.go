@@ -150,12 +150,7 @@ func TestKeychainFromThePodsServiceAccount(t *testing.T) {
 	ctx := context.Background()
 	with, without := namespace(t, "pull-with-"), namespace(t, "pull-without-")
 	for _, ns := range []string{with, without} {
-		require.NoError(t, suite.Client.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "registry"},
-			Type:       corev1.SecretTypeDockerConfigJson,
-			Data: map[string][]byte{corev1.DockerConfigJsonKey: []byte(`{"auths":{"` + reg.Host +
-				`":{"username":"puller","password":"s3cret"}}}`)},
-		}))
+		require.NoError(t, suite.Client.Create(ctx, reg.PullSecret(ns, "registry", "puller", "s3cret")))
 		require.NoError(t, suite.Client.Create(ctx, &corev1.ServiceAccount{
 			ObjectMeta:       metav1.ObjectMeta{Namespace: ns, Name: "app"},
 			ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}},

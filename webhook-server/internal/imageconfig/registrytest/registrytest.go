@@ -4,6 +4,7 @@
 package registrytest
 
 import (
+	"encoding/json"
 	"io"
 	"log"
 	"net/http"
@@ -21,6 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Registry is a loopback registry; Host is its host:port (spoken to over plain HTTP, as loopback).
@@ -176,4 +179,15 @@ func Serve(tb testing.TB, user, password, repoTag string, cfg v1.Config) (*Regis
 	r := New(tb, user, password)
 	r.Push(tb, repoTag, Image(tb, cfg, LinuxAMD64))
 	return r, r.Host + "/" + repoTag
+}
+
+// PullSecret is a Secret of type kubernetes.io/dockerconfigjson holding password for user at r, as a
+// pod's imagePullSecrets names one.
+func (r *Registry) PullSecret(namespace, name, user, password string) *corev1.Secret {
+	cfg, _ := json.Marshal(map[string]any{"auths": map[string]any{r.Host: map[string]string{"username": user, "password": password}}})
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: cfg},
+	}
 }
