@@ -125,6 +125,11 @@ spec:
 `), &rollout))
 	rollout.Namespace = ns
 	require.NoError(t, framework.Client.Create(ctx, &rollout))
+	// A StatefulSingleton that selects nothing: the one namespace where the webhook-server may bind its
+	// pull-secret reader.
+	framework.CreateForTest(t, &singletonv1.StatefulSingleton{ObjectMeta: metav1.ObjectMeta{Name: probe, Namespace: ns},
+		Spec: singletonv1.StatefulSingletonSpec{Selector: metav1.LabelSelector{
+			MatchLabels: map[string]string{"statefulops.dev/escalation-probe-never": "true"}}}})
 	// A StatefulSet in kube-system that even carries rollout-operator's ownership annotation, and one
 	// of the test namespace it may step (no replicas: neither starts pods); a kube-system pod the
 	// singleton-operator could hijack or delete, and a pod of the test namespace held as the webhook
@@ -144,6 +149,13 @@ spec:
 	heldPod.Annotations = map[string]string{singletonv1.AnnotationHoldMode: string(singletonv1.HoldModeWrapper)}
 	framework.CreateForTest(t, heldPod)
 
+	// The webhook-server's grant as it writes it (webhook-server/internal/pullsecrets), in namespace.
+	pullReader := func(namespace, subjectNS, subject string) *rbacv1.RoleBinding {
+		rb := roleBinding("singleton-operator-webhook-server-secret-reader", "ClusterRole", "singleton-operator-pull-secret-reader", subjectNS, subject)
+		rb.Labels = map[string]string{"app.kubernetes.io/managed-by": "singleton-operator-webhook-server", "sts.plus/secret-access": "singleton-operator-webhook-server"}
+		rb.Namespace = namespace
+		return rb
+	}
 	operatorNames := []string{"singleton-operator", "cluster-operator", "lease-operator", "rollout-operator", "extended-operator"}
 	var identities []escalationIdentity
 	for _, op := range operatorNames {
@@ -178,6 +190,17 @@ spec:
 				attempt("delete a bare pod", "take down a pod nothing recreates", func(ctx context.Context, c kubernetes.Interface) error {
 					return c.CoreV1().Pods(ns).Delete(ctx, pod.Name, dryDelete)
 				}))
+		}
+		if id.name == "webhook-server" {
+			// It binds its pull-secret reader to itself in namespaces holding a StatefulSingleton, never
+			// elsewhere nor to anyone else (singleton-operator-webhook-rolebinding-shape, -namespace).
+			id.attempts = append(id.attempts,
+				createTry("create a RoleBinding of singleton-operator-pull-secret-reader to itself in kube-system", "Secret read in kube-system (the control plane's credentials)",
+					"/apis/rbac.authorization.k8s.io/v1/namespaces/kube-system/rolebindings", pullReader("kube-system", id.namespace, id.serviceAccount)),
+				createTry("create a RoleBinding of singleton-operator-pull-secret-reader to another subject", "another account would read the namespace's Secrets",
+					"/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings", pullReader(ns, ns, "default")),
+				createTry("create a RoleBinding of singleton-operator-pull-secret-reader to itself where no StatefulSingleton is", "Secret read in a namespace it has no business in",
+					"/apis/rbac.authorization.k8s.io/v1/namespaces/"+id.namespace+"/rolebindings", pullReader(id.namespace, id.namespace, id.serviceAccount)))
 		}
 		if id.name == "singleton-operator" {
 			// It releases, adopts and deletes the pods it holds: never in kube-system, never another
@@ -259,6 +282,10 @@ spec:
 			}),
 			attempt("read its own serving certificate Secret", "it serves TLS with it", func(ctx context.Context, c kubernetes.Interface) error {
 				_, err := c.CoreV1().Secrets("singleton-operator-system").Get(ctx, "singleton-operator-webhook-server-cert", metav1.GetOptions{})
+				return err
+			}),
+			attempt("bind its pull-secret reader to itself where a StatefulSingleton is", "reads the pull secrets of the pods it admits", func(ctx context.Context, c kubernetes.Interface) error {
+				_, err := c.RbacV1().RoleBindings(ns).Create(ctx, pullReader(ns, "singleton-operator-system", "singleton-operator-webhook-server"), dryCreate)
 				return err
 			}),
 		},

@@ -32,6 +32,39 @@ type Config struct {
 	GrantURL string
 	// GrantCA is the PEM CA bundle the sidecar trusts for GrantURL; empty means the system roots.
 	GrantCA string
+	// Images holds, per container name, what the webhook read from the image config of a container
+	// without command (NeedsImageConfig names them). Per admission; nil when the webhook reads no image
+	// config. A container without command and without an entry here, or whose entry gives no argv, is
+	// held with the scheduling gate instead.
+	Images map[string]ImageEntrypoint
+}
+
+// ImageEntrypoint is the ENTRYPOINT and CMD of a container's image config, or why they are not known.
+type ImageEntrypoint struct {
+	Entrypoint []string
+	Cmd        []string
+	// Unknown, when set, says why the image config could not be read (the fallback reason).
+	Unknown string
+}
+
+// imageArgv returns the argv the container runtime runs for a container without command, exactly as
+// the kubelet builds it: the image's ENTRYPOINT followed by the pod's args when it sets any, else by the
+// image's CMD. The parts taken from the image config get every $ doubled: the kubelet expands $(VAR)
+// only in the pod's command and args, never in the image's, and the wrapper expands the whole argv.
+// Empty when the image has neither ENTRYPOINT nor CMD (the runtime would refuse to start it).
+func imageArgv(c *corev1.Container, img ImageEntrypoint) []string {
+	escape := func(parts []string) []string {
+		out := make([]string, len(parts))
+		for i, p := range parts {
+			out[i] = strings.ReplaceAll(p, "$", "$$")
+		}
+		return out
+	}
+	argv := escape(img.Entrypoint)
+	if len(c.Args) > 0 {
+		return append(argv, c.Args...)
+	}
+	return append(argv, escape(img.Cmd)...)
 }
 
 // defaultGracePeriod is Kubernetes' default terminationGracePeriodSeconds and the CRD's default
@@ -41,8 +74,9 @@ const defaultGracePeriod = 30
 // Mutate returns a copy of pod admitted as a member of ss: the readiness gate, the managed and
 // per-singleton labels, the seed's managed annotation, preferred anti-affinity (weight 100, per node)
 // against the other pods of the same singleton, the termination grace period of ss, and the start hold
-// of ss.spec.holdMode. A Wrapper pod whose argv cannot be known exactly (a container without a command:
-// its entrypoint lives in the image config, which the webhook cannot read; or init containers, which
+// of ss.spec.holdMode. A container without command is wrapped with the argv of its image config
+// (cfg.Images, read by the webhook). A Wrapper pod whose argv cannot be known exactly (a container
+// without command whose image config is not in cfg.Images, or gives no argv; or init containers, which
 // would run before the hold) is held with the scheduling gate instead, and the annotation
 // AnnotationHoldFallback says why. pod itself is not modified.
 func Mutate(pod *corev1.Pod, ss *singletonv1.StatefulSingleton, cfg Config) *corev1.Pod {
@@ -67,17 +101,9 @@ func Mutate(pod *corev1.Pod, ss *singletonv1.StatefulSingleton, cfg Config) *cor
 	addAntiAffinity(out, value)
 	setGracePeriod(out, &ss.Spec)
 
-	mode := ss.Spec.HoldMode
-	if mode == "" {
-		mode = singletonv1.HoldModeWrapper
-	}
-	// A pod admitted earlier keeps the hold it got (a re-run must not switch modes half-way). Any other
-	// value is not ours to keep: the operator would not recognise the hold.
-	if prev := singletonv1.HoldMode(out.Annotations[singletonv1.AnnotationHoldMode]); prev == singletonv1.HoldModeWrapper || prev == singletonv1.HoldModeSchedulingGate {
-		mode = prev
-	}
+	mode := holdMode(out, ss)
 	if mode == singletonv1.HoldModeWrapper {
-		if reason := wrapperUnsupported(out); reason != "" {
+		if reason := wrapperUnsupported(out, cfg.Images); reason != "" {
 			mode = singletonv1.HoldModeSchedulingGate
 			out.Annotations[singletonv1.AnnotationHoldFallback] = reason
 		}
@@ -89,6 +115,38 @@ func Mutate(pod *corev1.Pod, ss *singletonv1.StatefulSingleton, cfg Config) *cor
 		addSchedulingGate(out)
 	}
 	return out
+}
+
+// holdMode is the hold of ss.spec.holdMode (Wrapper by default), or the one the pod already got.
+func holdMode(pod *corev1.Pod, ss *singletonv1.StatefulSingleton) singletonv1.HoldMode {
+	// A pod admitted earlier keeps the hold it got (a re-run must not switch modes half-way). Any other
+	// value is not ours to keep: the operator would not recognise the hold.
+	if prev := singletonv1.HoldMode(pod.Annotations[singletonv1.AnnotationHoldMode]); prev == singletonv1.HoldModeWrapper || prev == singletonv1.HoldModeSchedulingGate {
+		return prev
+	}
+	if ss.Spec.HoldMode == "" {
+		return singletonv1.HoldModeWrapper
+	}
+	return ss.Spec.HoldMode
+}
+
+// NeedsImageConfig returns the containers of pod whose image config decides whether Mutate can hold it
+// in Wrapper mode: the app containers without command, when the pod would otherwise get the wrapper
+// hold. None when the pod is held with the scheduling gate whatever their images say.
+func NeedsImageConfig(pod *corev1.Pod, ss *singletonv1.StatefulSingleton) []corev1.Container {
+	if holdMode(pod, ss) != singletonv1.HoldModeWrapper {
+		return nil
+	}
+	if wrapperConflict(pod) != "" {
+		return nil
+	}
+	var need []corev1.Container
+	for _, c := range pod.Spec.Containers {
+		if c.Name != singletonv1.SidecarContainerName && len(c.Command) == 0 {
+			need = append(need, c)
+		}
+	}
+	return need
 }
 
 // SingletonLabelValue returns the value of LabelSingleton for a StatefulSingleton name. Object names may
@@ -166,8 +224,32 @@ func addSchedulingGate(pod *corev1.Pod) {
 	pod.Spec.SchedulingGates = append(pod.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: singletonv1.SchedulingGate})
 }
 
-// wrapperUnsupported returns why the pod cannot be held with the wrapper, or "".
-func wrapperUnsupported(pod *corev1.Pod) string {
+// wrapperUnsupported returns why the pod cannot be held with the wrapper, or "": a conflict of the pod
+// (wrapperConflict), or a container without command whose argv images does not give.
+func wrapperUnsupported(pod *corev1.Pod, images map[string]ImageEntrypoint) string {
+	if reason := wrapperConflict(pod); reason != "" {
+		return reason
+	}
+	for _, c := range pod.Spec.Containers {
+		if c.Name == singletonv1.SidecarContainerName || len(c.Command) > 0 {
+			continue
+		}
+		img, ok := images[c.Name]
+		switch {
+		case !ok:
+			return fmt.Sprintf("container %q has no command in the pod spec and the webhook cannot read its image's entrypoint; held with the scheduling gate instead", c.Name)
+		case img.Unknown != "":
+			return fmt.Sprintf("container %q has no command in the pod spec and its image's entrypoint is not known: %s; held with the scheduling gate instead", c.Name, img.Unknown)
+		case len(imageArgv(&c, img)) == 0:
+			return fmt.Sprintf("container %q has no command in the pod spec and its image %q has neither ENTRYPOINT nor CMD; held with the scheduling gate instead", c.Name, c.Image)
+		}
+	}
+	return ""
+}
+
+// wrapperConflict returns why the pod cannot be held with the wrapper whatever its images' configs
+// say, or "".
+func wrapperConflict(pod *corev1.Pod) string {
 	if len(pod.Spec.InitContainers) > 0 && !isWrapped(pod) {
 		return "the pod has init containers, which would run before the wrapper's hold; held with the scheduling gate instead"
 	}
@@ -184,9 +266,6 @@ func wrapperUnsupported(pod *corev1.Pod) string {
 	for _, c := range pod.Spec.Containers {
 		if c.Name == singletonv1.SidecarContainerName {
 			continue
-		}
-		if len(c.Command) == 0 {
-			return fmt.Sprintf("container %q has no command in the pod spec and the webhook cannot read its image's entrypoint; held with the scheduling gate instead", c.Name)
 		}
 		for _, m := range c.VolumeMounts {
 			if m.MountPath == singletonv1.WrapperDir || m.MountPath == singletonv1.SignalDir {
@@ -257,7 +336,7 @@ func addWrapperHold(pod *corev1.Pod, cfg Config) {
 		if c.Name == singletonv1.SidecarContainerName {
 			continue
 		}
-		wrapContainer(c)
+		wrapContainer(c, cfg.Images[c.Name])
 	}
 
 	if !isWrapped(pod) {
@@ -320,14 +399,18 @@ func sidecar(cfg Config) corev1.Container {
 }
 
 // wrapContainer replaces the container's command by the wrapper and records the original argv in
-// ORIGINAL_ENTRYPOINT. The kubelet expands $(VAR) in env values as it does in command and args; every $
+// ORIGINAL_ENTRYPOINT: command and args, or for a container without command the argv of its image
+// config img (imageArgv). The kubelet expands $(VAR) in env values as it does in command and args; every $
 // is doubled so the JSON reaches the wrapper verbatim, and the wrapper expands $(VAR) itself with the
 // kubelet's rules, so the argv the app finally gets is the one it would have got unwrapped.
-func wrapContainer(c *corev1.Container) {
+func wrapContainer(c *corev1.Container, img ImageEntrypoint) {
 	if slices.Equal(c.Command, []string{singletonv1.WrapperBinary}) && hasEnv(c, singletonv1.EnvOriginalEntrypoint) {
 		return
 	}
 	argv := append(slices.Clone(c.Command), c.Args...)
+	if len(c.Command) == 0 {
+		argv = imageArgv(c, img)
+	}
 	raw, _ := json.Marshal(argv) // a []string always marshals
 	value := strings.ReplaceAll(string(raw), "$", "$$")
 	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == singletonv1.EnvOriginalEntrypoint })

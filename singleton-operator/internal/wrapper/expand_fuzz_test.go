@@ -116,41 +116,88 @@ func FuzzWrappedArgv(f *testing.F) {
 			ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{app}},
 		}
-		ss := &singletonv1.StatefulSingleton{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"},
-			Spec: singletonv1.StatefulSingletonSpec{HoldMode: singletonv1.HoldModeWrapper}}
-		mutated := podmutation.Mutate(pod, ss, podmutation.Config{SidecarImage: "sidecar", GrantURL: "https://g/v1/grant"})
-		i := slices.IndexFunc(mutated.Spec.Containers, func(c corev1.Container) bool { return c.Name == "app" })
-		if i < 0 {
-			t.Fatal("the app container is gone")
-		}
-		wrapped := mutated.Spec.Containers[i]
-		if !slices.Equal(wrapped.Command, []string{singletonv1.WrapperBinary}) || len(wrapped.Args) != 0 {
-			t.Fatalf("the container is not wrapped: command %q args %q", wrapped.Command, wrapped.Args)
-		}
-
 		unwrappedEnv := kubeletEnv(app.Env)
 		want := make([]string, len(argv))
 		for j, a := range argv {
 			want[j] = kubeletExpand(a, unwrappedEnv)
 		}
-
-		wrappedEnv := kubeletEnv(wrapped.Env)
-		got, err := podmutation.OriginalArgv(wrappedEnv[singletonv1.EnvOriginalEntrypoint])
-		if err != nil {
-			t.Fatalf("the wrapper cannot decode its argv: %v", err)
-		}
-		lookup := appLookup(func(k string) (string, bool) { v, ok := wrappedEnv[k]; return v, ok })
-		for j := range got {
-			got[j] = Expand(got[j], lookup)
-		}
-		if !slices.Equal(got, want) {
-			t.Fatalf("the app gets %q wrapped, %q unwrapped", got, want)
-		}
-		delete(wrappedEnv, singletonv1.EnvOriginalEntrypoint) // the wrapper unsets it before the exec
-		for k, v := range unwrappedEnv {
-			if wrappedEnv[k] != v {
-				t.Fatalf("variable %s is %q wrapped, %q unwrapped", k, wrappedEnv[k], v)
-			}
-		}
+		checkWrapped(t, pod, podmutation.Config{}, want, unwrappedEnv)
 	})
+}
+
+// FuzzWrappedImageArgv is FuzzWrappedArgv for a container without command, wrapped with its image's
+// ENTRYPOINT and CMD (as the webhook reads them from the registry): the app must get what the runtime
+// would have run unwrapped — the image's ENTRYPOINT and CMD verbatim (the kubelet never expands them),
+// the pod's args, when set, instead of CMD and expanded by the kubelet's rules.
+func FuzzWrappedImageArgv(f *testing.F) {
+	f.Add(`["/bin/sh","-c","exec app $(NAME) $$HOME $HOME"]`, `["$(NAME)"]`, `[]`, "NAME", "db")
+	f.Add(`["docker-entrypoint.sh"]`, `["postgres"]`, `["postgres","-c","x=$(NAME)","$$(NAME)"]`, "NAME", "v")
+	f.Add(`[]`, `["redis-server","$(A"]`, `[]`, "A", "")
+	f.Add(`[]`, `[]`, `["/app","$(A)"]`, "A", "$$")
+	f.Fuzz(func(t *testing.T, entrypointJSON, cmdJSON, argsJSON, key, value string) {
+		var entrypoint, cmd, args []string
+		if json.Unmarshal([]byte(entrypointJSON), &entrypoint) != nil || json.Unmarshal([]byte(cmdJSON), &cmd) != nil ||
+			json.Unmarshal([]byte(argsJSON), &args) != nil || key == "" || key == singletonv1.EnvOriginalEntrypoint {
+			return
+		}
+		env := map[string]string{}
+		if len(args) > 0 {
+			env = kubeletEnv([]corev1.EnvVar{{Name: key, Value: value}})
+		}
+		want := slices.Clone(entrypoint)
+		if len(args) > 0 {
+			for _, a := range args {
+				want = append(want, kubeletExpand(a, env))
+			}
+		} else {
+			want = append(want, cmd...)
+		}
+		if len(want) == 0 {
+			return // the runtime would not start it; the pod falls back to the gate (podmutation's tests)
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1", Args: args,
+				Env: []corev1.EnvVar{{Name: key, Value: value}}}}},
+		}
+		images := map[string]podmutation.ImageEntrypoint{"app": {Entrypoint: entrypoint, Cmd: cmd}}
+		checkWrapped(t, pod, podmutation.Config{Images: images}, want, kubeletEnv(pod.Spec.Containers[0].Env))
+	})
+}
+
+// checkWrapped mutates pod (one app container) in Wrapper mode with cfg, then runs what the kubelet and
+// the wrapper do with the wrapped container: its environment expanded, ORIGINAL_ENTRYPOINT decoded and
+// each element expanded by the wrapper. The app must get want, and the environment unwrappedEnv.
+func checkWrapped(t *testing.T, pod *corev1.Pod, cfg podmutation.Config, want []string, unwrappedEnv map[string]string) {
+	t.Helper()
+	cfg.SidecarImage, cfg.GrantURL = "sidecar", "https://g/v1/grant"
+	ss := &singletonv1.StatefulSingleton{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"},
+		Spec: singletonv1.StatefulSingletonSpec{HoldMode: singletonv1.HoldModeWrapper}}
+	mutated := podmutation.Mutate(pod, ss, cfg)
+	i := slices.IndexFunc(mutated.Spec.Containers, func(c corev1.Container) bool { return c.Name == "app" })
+	if i < 0 {
+		t.Fatal("the app container is gone")
+	}
+	wrapped := mutated.Spec.Containers[i]
+	if !slices.Equal(wrapped.Command, []string{singletonv1.WrapperBinary}) || len(wrapped.Args) != 0 {
+		t.Fatalf("the container is not wrapped (%s): command %q args %q", mutated.Annotations[singletonv1.AnnotationHoldFallback], wrapped.Command, wrapped.Args)
+	}
+	wrappedEnv := kubeletEnv(wrapped.Env)
+	got, err := podmutation.OriginalArgv(wrappedEnv[singletonv1.EnvOriginalEntrypoint])
+	if err != nil {
+		t.Fatalf("the wrapper cannot decode its argv: %v", err)
+	}
+	lookup := appLookup(func(k string) (string, bool) { v, ok := wrappedEnv[k]; return v, ok })
+	for j := range got {
+		got[j] = Expand(got[j], lookup)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the app gets %q wrapped, %q unwrapped", got, want)
+	}
+	delete(wrappedEnv, singletonv1.EnvOriginalEntrypoint) // the wrapper unsets it before the exec
+	for k, v := range unwrappedEnv {
+		if wrappedEnv[k] != v {
+			t.Fatalf("variable %s is %q wrapped, %q unwrapped", k, wrappedEnv[k], v)
+		}
+	}
 }

@@ -1,5 +1,6 @@
 // Package podwebhook is the StatefulSingleton pod mutation: at pod CREATE it finds the StatefulSingleton
-// that selects the pod and returns the JSON patch computed by shared/podmutation. Pods no
+// that selects the pod and returns the JSON patch computed by shared/podmutation, with the ENTRYPOINT
+// and CMD of the images of its containers without command (package imageconfig, within a budget). Pods no
 // StatefulSingleton selects get an empty patch. UPDATE is never registered (and is allowed unchanged
 // should it arrive), so label and annotation changes of managed pods are never blocked or rewritten.
 package podwebhook
@@ -11,7 +12,9 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +25,7 @@ import (
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 	"github.com/statefulops/statefulops/shared/podmutation"
+	"github.com/statefulops/statefulops/webhook-server/internal/imageconfig"
 )
 
 // Path is where the webhook is served (the seed's path).
@@ -43,6 +47,20 @@ type Mutator struct {
 	// GrantCA, when set, returns the current grant CA (it follows the operator's rotated Secret) and
 	// overrides Config.GrantCA.
 	GrantCA func() string
+	// Images reads the image configs of containers without command, within its budget; nil: none are
+	// read, and such pods are held with the scheduling gate.
+	Images ImageResolver
+	// Keychain returns the credentials the kubelet would pull the pod's images with (its
+	// imagePullSecrets and its ServiceAccount's); nil: anonymous.
+	Keychain func(ctx context.Context, pod *corev1.Pod) authn.Keychain
+	// NodeLabels returns the labels of a node, when known, for the platform of a pod that names its
+	// node (imageconfig.Platform); nil: the pod's nodeSelector, else the webhook's own platform.
+	NodeLabels func(name string) (map[string]string, bool)
+}
+
+// ImageResolver reads image configs (imageconfig.Resolver).
+type ImageResolver interface {
+	Resolve(ctx context.Context, req imageconfig.Request) (imageconfig.Config, error)
 }
 
 // Handle implements admission.Handler.
@@ -66,6 +84,7 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	if m.GrantCA != nil {
 		cfg.GrantCA = m.GrantCA()
 	}
+	cfg.Images = m.imageEntrypoints(ctx, req.Namespace, pod, ss)
 	mutated := podmutation.Mutate(pod, ss, cfg)
 	raw, err := json.Marshal(mutated)
 	if err != nil {
@@ -74,6 +93,38 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	logf.FromContext(ctx).V(1).Info("Admitting a pod of a StatefulSingleton", "statefulSingleton", ss.Name,
 		"holdMode", mutated.Annotations[singletonv1.AnnotationHoldMode])
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}
+
+// imageEntrypoints reads, concurrently and each within the resolver's budget, the image configs of the
+// containers whose entrypoint decides the hold (podmutation.NeedsImageConfig).
+func (m *Mutator) imageEntrypoints(ctx context.Context, namespace string, pod *corev1.Pod, ss *singletonv1.StatefulSingleton) map[string]podmutation.ImageEntrypoint {
+	need := podmutation.NeedsImageConfig(pod, ss)
+	if m.Images == nil || len(need) == 0 {
+		return nil
+	}
+	var keychain authn.Keychain
+	if m.Keychain != nil {
+		keychain = m.Keychain(ctx, pod)
+	}
+	platform := imageconfig.Platform(pod, m.NodeLabels)
+	found := make([]podmutation.ImageEntrypoint, len(need))
+	var wg sync.WaitGroup
+	for i, c := range need {
+		wg.Go(func() {
+			cfg, err := m.Images.Resolve(ctx, imageconfig.Request{Namespace: namespace, Image: c.Image, Platform: platform, Keychain: keychain})
+			if err != nil {
+				found[i] = podmutation.ImageEntrypoint{Unknown: err.Error()}
+				return
+			}
+			found[i] = podmutation.ImageEntrypoint{Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd}
+		})
+	}
+	wg.Wait()
+	images := make(map[string]podmutation.ImageEntrypoint, len(need))
+	for i, c := range need {
+		images[c.Name] = found[i]
+	}
+	return images
 }
 
 // Match returns the StatefulSingleton of namespace whose selector matches podLabels, or nil. When

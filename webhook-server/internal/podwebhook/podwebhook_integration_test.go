@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -26,6 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	"github.com/statefulops/statefulops/shared/podmutation"
+	"github.com/statefulops/statefulops/webhook-server/internal/imageconfig/registrytest"
 	"github.com/statefulops/statefulops/webhook-server/internal/server"
 )
 
@@ -257,4 +261,40 @@ func TestTheGrantCAFollowsTheOperatorsSecret(t *testing.T) {
 		require.NoError(t, k8s.Create(t.Context(), pod))
 		return sidecarEnv(pod, "GRANT_CA") == grantCA2
 	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// A pod without command, its image in a private registry (a real one on loopback, behind basic auth)
+// and its pull secret named by the pod: the webhook server, as set up by its flags, reads the secret
+// from its cache of the namespace (which holds a StatefulSingleton), the image config with it, and the
+// API server stores the pod in Wrapper mode with the image's ENTRYPOINT and the pod's args.
+func TestAPodWithoutCommandGetsWrapperModeFromItsPrivateImage(t *testing.T) {
+	reg, image := registrytest.Serve(t, "puller", "s3cret", "private/db:1", v1.Config{Entrypoint: []string{"docker-entrypoint.sh"}, Cmd: []string{"postgres"}})
+	ns := newNamespace(t)
+	require.NoError(t, k8s.Create(t.Context(), reg.PullSecret(ns, "registry", "puller", "s3cret")))
+	newSingleton(t, ns, "db", singletonv1.HoldModeWrapper, map[string]string{"app": "db"})
+
+	i := 0
+	var pod *corev1.Pod
+	// The namespace's pull secret cache starts with its first StatefulSingleton: until it is in sync
+	// the image is read anonymously (refused) and the pod falls back.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		i++
+		pod = newPod(ns, fmt.Sprintf("db-%d", i), map[string]string{"app": "db"})
+		pod.Spec.Containers[0].Image = image
+		pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
+		require.NoError(c, k8s.Create(t.Context(), pod))
+		assert.Equal(c, "Wrapper", pod.Annotations[singletonv1.AnnotationHoldMode], pod.Annotations[singletonv1.AnnotationHoldFallback])
+	}, 30*time.Second, 100*time.Millisecond)
+	assert.Empty(t, pod.Spec.SchedulingGates)
+	app := pod.Spec.Containers[1]
+	assert.Equal(t, []string{singletonv1.WrapperBinary}, app.Command)
+	var entry string
+	for _, e := range app.Env {
+		if e.Name == singletonv1.EnvOriginalEntrypoint {
+			entry = e.Value
+		}
+	}
+	argv, err := podmutation.OriginalArgv(strings.ReplaceAll(entry, "$$", "$"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"docker-entrypoint.sh", "--name=a b", "--list=a,b", `"quoted"`}, argv, "ENTRYPOINT, then the pod's args instead of CMD")
 }

@@ -27,10 +27,12 @@ import (
 	"time"
 
 	"github.com/statefulops/statefulops/shared/certfiles"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -40,7 +42,9 @@ import (
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 	"github.com/statefulops/statefulops/shared/podmutation"
 	"github.com/statefulops/statefulops/shared/version"
+	"github.com/statefulops/statefulops/webhook-server/internal/imageconfig"
 	"github.com/statefulops/statefulops/webhook-server/internal/podwebhook"
+	"github.com/statefulops/statefulops/webhook-server/internal/pullsecrets"
 )
 
 // The webhook server reads StatefulSingletons; its certificate rotator updates its Secret and the
@@ -68,6 +72,11 @@ type Config struct {
 	certSecret    string
 	serviceName   string
 	webhookConfig string
+	images        imageconfig.Options
+	readImages    bool
+	pullSecrets   string
+	caches        *pullsecrets.Caches
+	nodeLabels    func(name string) (map[string]string, bool)
 }
 
 // AddFlags registers the flags on fs, which also holds the common --webhook-* flags, and turns
@@ -88,6 +97,14 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"Namespace of the certificate Secret and the webhook Service (default: $POD_NAMESPACE). Unused with --webhook-cert-path.")
 	fs.StringVar(&c.certSecret, "cert-secret", "webhook-server-cert", "Secret in which the certificate rotator keeps the CA and serving certificate.")
 	fs.StringVar(&c.serviceName, "service-name", "webhook-service", "Service through which the API server calls the webhooks (the certificate's DNS name).")
+	fs.BoolVar(&c.readImages, "image-config", true,
+		"Read the ENTRYPOINT and CMD of the images of containers without command from their registries, so such pods get Wrapper mode; false: they are held with the scheduling gate.")
+	fs.DurationVar(&c.images.Budget, "image-config-budget", imageconfig.DefaultBudget,
+		"How long an admission waits for a registry (well inside the webhook's timeoutSeconds of 5). Past it the pod is held with the scheduling gate and the lookup goes on in the background for the next pod of that image.")
+	fs.DurationVar(&c.images.TagTTL, "image-config-tag-ttl", imageconfig.DefaultTagTTL,
+		"How long an image config read through a tag is reused (read through a digest: for good).")
+	fs.StringVar(&c.pullSecrets, "pull-secret-reader-cluster-role", pullsecrets.DefaultClusterRole,
+		"ClusterRole (get, list, watch Secrets and ServiceAccounts) the webhook server binds to itself in the namespaces holding a StatefulSingleton, to read image configs with the pods' pull secrets; empty: images are read anonymously and no RoleBinding is written.")
 	fs.StringVar(&c.webhookConfig, "webhook-configuration", "mutating-webhook-configuration",
 		"MutatingWebhookConfiguration whose caBundle the certificate rotator keeps current.")
 }
@@ -114,6 +131,12 @@ func (c *Config) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	caKnown, err := c.followGrantCA(mgr)
 	if err != nil {
+		return err
+	}
+	if err := c.setupPullSecrets(ctx, mgr); err != nil {
+		return err
+	}
+	if err := c.followNodes(ctx, mgr); err != nil {
 		return err
 	}
 	register := func() { c.registerMutator(mgr) }
@@ -165,6 +188,51 @@ func readyOnceSingletonsSynced(ctx context.Context, mgr ctrl.Manager) error {
 	})
 }
 
+// setupPullSecrets registers the per-namespace pull secret caches and the RoleBindings that allow them
+// (package pullsecrets), unless image configs are not read or --pull-secret-reader-cluster-role is empty.
+func (c *Config) setupPullSecrets(ctx context.Context, mgr ctrl.Manager) error {
+	if !c.readImages || c.pullSecrets == "" {
+		return nil
+	}
+	subject, err := opsutil.SelfSubject(ctx, mgr.GetClient())
+	if err != nil {
+		return err
+	}
+	c.caches = &pullsecrets.Caches{Config: mgr.GetConfig(), Scheme: mgr.GetScheme()}
+	return pullsecrets.Setup(mgr, c.caches, c.pullSecrets, subject)
+}
+
+// The platform of a multi-arch image is the node's when a pod names its node: the webhook server
+// follows the nodes' metadata (labels kubernetes.io/os and kubernetes.io/arch), not their status.
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+
+// followNodes keeps a metadata-only cache of the nodes when image configs are read, for
+// imageconfig.Platform; a node not (yet) in it falls back to the pod's nodeSelector.
+func (c *Config) followNodes(ctx context.Context, mgr ctrl.Manager) error {
+	if !c.readImages {
+		return nil
+	}
+	node := &metav1.PartialObjectMetadata{}
+	node.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Node"))
+	informer, err := mgr.GetCache().GetInformer(ctx, node)
+	if err != nil {
+		return fmt.Errorf("watching the nodes' metadata: %w", err)
+	}
+	reader := mgr.GetCache()
+	c.nodeLabels = func(name string) (map[string]string, bool) {
+		if !informer.HasSynced() {
+			return nil, false
+		}
+		got := &metav1.PartialObjectMetadata{}
+		got.SetGroupVersionKind(node.GroupVersionKind())
+		if err := reader.Get(context.Background(), types.NamespacedName{Name: name}, got); err != nil {
+			return nil, false
+		}
+		return got.Labels, true
+	}
+	return nil
+}
+
 // followGrantCA follows the grant CA in the operator's Secret (--grant-ca-secret without
 // --grant-ca-file), in both certificate modes: cert-manager's overlay serves a mounted certificate but
 // still reads the grant CA through the API. The channel closes once a CA is held; it is nil when the CA
@@ -190,6 +258,13 @@ func (c *Config) registerMutator(mgr ctrl.Manager) {
 		Reader:  mgr.GetClient(),
 		Decoder: admission.NewDecoder(mgr.GetScheme()),
 		Config:  c.Mutation,
+	}
+	if c.readImages {
+		mutator.Images = imageconfig.New(c.images)
+		if c.caches != nil {
+			mutator.Keychain = c.caches.Keychain
+		}
+		mutator.NodeLabels = c.nodeLabels
 	}
 	switch {
 	case c.grantCAFile != "":
