@@ -226,7 +226,7 @@ func (r *Reconciler) takeOverStale(ctx context.Context, s *scope, owner string) 
 	case err != nil:
 		return false, fmt.Errorf("reading PhasedRollout %s, named by StatefulSet %s's %s annotation: %w", owner, sts.Name, rolloutv1alpha1.ManagedByAnnotation, err)
 	case !slices.Contains(other.Spec.Targets(), sts.Name):
-		why = fmt.Sprintf("targets StatefulSet(s) %s", strings.Join(other.Spec.Targets(), ", "))
+		why = fmt.Sprintf("targets StatefulSet %s", strings.Join(other.Spec.Targets(), ", "))
 	default:
 		return false, nil
 	}

@@ -27,7 +27,7 @@ var stalledBeyondCEL = map[string]bool{rolloutv1alpha1.ReasonInvalidQuery: true}
 //   - checkSpec finds nothing, or only a problem of stalledBeyondCEL; then the conditions say Stalled
 //     with that reason and Ready False, and the operator does nothing else (the target stops there);
 //   - otherwise the check is a query with a URL NormalizeURL accepts or a webhook with a URL
-//     callWebhook accepts (exactly one of the two), and the operator acts: a step on a 3-replica StatefulSet named spec.targetRef judges a pod
+//     callWebhook accepts (exactly one of the two), and the operator acts: a step on a 3-replica StatefulSet named spec.targetRef (or spec.targetRefs[0]) judges a pod
 //     with a valid name, its first check waits spec.check.initialDelaySeconds, and passing checks pass
 //     the step before check.maxTries fails it (the CRD's maxTries >= successThreshold rule).
 //
@@ -71,14 +71,15 @@ spec:
 		default:
 			fail("neither check.query nor check.webhook is set")
 		}
-		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: pr.Spec.TargetRef, Namespace: pr.Namespace}}
+		target := pr.Spec.Targets()[0] // the first StatefulSet a step can roll
+		sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: target, Namespace: pr.Namespace}}
 		sts.Spec.Replicas = ptr.To(int32(3))
 		sts.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(int32(2))}
 		s := newScope(pr, now)
 		s.sts, s.replicas = sts, 3
 		partition, ordinal := beginStep(s)
 		pod := pr.Status.RollingPodStatus.Pod
-		if partition != 2 || ordinal != 2 || pod != fmt.Sprintf("%s-2", pr.Spec.TargetRef) {
+		if partition != 2 || ordinal != 2 || pod != fmt.Sprintf("%s-2", target) {
 			fail("step at partition %d judges ordinal %d (pod %s)", partition, ordinal, pod)
 		}
 		if errs := validation.IsDNS1123Label(pod); len(errs) > 0 {
