@@ -216,6 +216,21 @@ func (z *zones) report() (started, violations []string) {
 	return slices.Clone(z.started), slices.Clone(z.violations)
 }
 
+// createRollout creates the PhasedRollout "zones" over every zone, in order, with a fast check.
+func (z *zones) createRollout() {
+	z.t.Helper()
+	require.NoError(z.t, suite.Client.Create(z.t.Context(), &rolloutv1alpha1.PhasedRollout{
+		ObjectMeta: metav1.ObjectMeta{Name: "zones", Namespace: z.ns},
+		Spec: rolloutv1alpha1.PhasedRolloutSpec{
+			TargetRefs: z.names,
+			Check: rolloutv1alpha1.Check{
+				InitialDelaySeconds: ptr.To[int32](0), PeriodSeconds: 1, SuccessThreshold: 1,
+				Query: &rolloutv1alpha1.PrometheusQuery{Expr: `errors{pod="{{pod}}"} > 0`, URL: "prom:9090"},
+			},
+		},
+	}))
+}
+
 func (z *zones) rollout() *rolloutv1alpha1.PhasedRollout {
 	z.t.Helper()
 	pr := &rolloutv1alpha1.PhasedRollout{}
@@ -251,16 +266,7 @@ func TestTargetRefsRollZoneByZone(t *testing.T) {
 	defer startOperator(t, checker)()
 	z := newZones(t, 2, "zone-a", "zone-b", "zone-c")
 	z.run()
-	require.NoError(t, suite.Client.Create(t.Context(), &rolloutv1alpha1.PhasedRollout{
-		ObjectMeta: metav1.ObjectMeta{Name: "zones", Namespace: z.ns},
-		Spec: rolloutv1alpha1.PhasedRolloutSpec{
-			TargetRefs: z.names,
-			Check: rolloutv1alpha1.Check{
-				InitialDelaySeconds: ptr.To[int32](0), PeriodSeconds: 1, SuccessThreshold: 1,
-				Query: &rolloutv1alpha1.PrometheusQuery{Expr: `errors{pod="{{pod}}"} > 0`, URL: "prom:9090"},
-			},
-		},
-	}))
+	z.createRollout()
 	pr := z.waitAllUpdated("r1")
 	for _, name := range z.names {
 		sts := z.sts(name)
@@ -315,16 +321,7 @@ func TestTargetRefsRolloutUnderWayFinishesFirst(t *testing.T) {
 	defer startOperator(t, newFakeChecker(VerdictPass))()
 	z := newZones(t, 3, "zone-a", "zone-b")
 	z.run()
-	require.NoError(t, suite.Client.Create(t.Context(), &rolloutv1alpha1.PhasedRollout{
-		ObjectMeta: metav1.ObjectMeta{Name: "zones", Namespace: z.ns},
-		Spec: rolloutv1alpha1.PhasedRolloutSpec{
-			TargetRefs: z.names,
-			Check: rolloutv1alpha1.Check{
-				InitialDelaySeconds: ptr.To[int32](0), PeriodSeconds: 1, SuccessThreshold: 1,
-				Query: &rolloutv1alpha1.PrometheusQuery{Expr: `errors{pod="{{pod}}"} > 0`, URL: "prom:9090"},
-			},
-		},
-	}))
+	z.createRollout()
 	z.waitAllUpdated("r1")
 	z.setUpdateRevision("zone-b", "zone-b-r2")
 	require.Eventually(t, func() bool {
