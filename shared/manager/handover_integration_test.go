@@ -58,6 +58,36 @@ func TestStandbyReconcilesAfterTheLeadersGracefulStop(t *testing.T) {
 	assertLeaseTimings(t, lease, DefaultLeaderElection)
 }
 
+// When the leader stops without releasing the Lease (SIGKILL: what a standby sees of a lost node), the
+// standby takes it over once it expires and reconciles. Short timings keep the test short; the figures
+// of the shipped ones are TestBenchLeaderHandover's.
+func TestStandbyReconcilesAfterTheLeaderIsKilled(t *testing.T) {
+	clientset, kubeconfig := startHandoverEnv(t)
+	const id = "handover-killed.statefulops.dev"
+	timings := LeaderElectionTimings{LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond}
+	leader := startReplica(t, kubeconfig, id, timings)
+	leader.waitFor(t, "reconciled ", time.Minute)
+	standby := startReplica(t, kubeconfig, id, timings)
+	standby.waitFor(t, "standby", time.Minute)
+	lease, err := clientset.CoordinationV1().Leases("default").Get(t.Context(), id, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, lease.Spec.HolderIdentity)
+	first := *lease.Spec.HolderIdentity
+
+	leader.stop(t, syscall.SIGKILL)
+	require.Error(t, leader.waitExit(t, time.Minute), "killed")
+	lease, err = clientset.CoordinationV1().Leases("default").Get(t.Context(), id, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, lease.Spec.HolderIdentity)
+	assert.Equal(t, first, *lease.Spec.HolderIdentity, "a killed leader releases nothing")
+	standby.waitFor(t, "reconciled ", time.Minute)
+	lease, err = clientset.CoordinationV1().Leases("default").Get(t.Context(), id, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, lease.Spec.HolderIdentity)
+	assert.NotEqual(t, first, *lease.Spec.HolderIdentity, "the standby holds the Lease")
+	assertLeaseTimings(t, lease, timings)
+}
+
 // The new leader wrote the Lease with the duration of its flags.
 func assertLeaseTimings(t *testing.T, lease *coordinationv1.Lease, timings LeaderElectionTimings) {
 	t.Helper()
