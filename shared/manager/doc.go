@@ -28,7 +28,7 @@
 // (--leader-elect-lease-duration, --leader-elect-renew-deadline, --leader-elect-retry-period) whose
 // defaults a binary chooses in Options.LeaderElection: LeaderElectionTimings says what each costs (Lease
 // writes per minute at rest) and buys (handover after a graceful stop, failover after a SIGKILL), and
-// docs/upgrading.md has the measured figures (TestBenchLeaderHandover).
+// docs/upgrading.md has the figures measured by e2e/handover (TestBenchLeaderHandover, make bench).
 //
 // # Cache scoping
 //

@@ -1,4 +1,4 @@
-//go:build integration || bench
+//go:build integration
 
 package manager
 

@@ -27,7 +27,7 @@ import (
 //
 // controller-runtime's defaults are 15s / 10s / 2s: 30 writes per minute, a graceful handover of up to
 // 4.4s, about 17s after a SIGKILL. docs/upgrading.md has the figures measured with ours
-// (BenchmarkLeaderHandover).
+// (e2e/handover, TestBenchLeaderHandover, part of make bench).
 type LeaderElectionTimings struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
