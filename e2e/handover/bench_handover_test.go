@@ -58,7 +58,7 @@ func TestBenchLeaderHandover(t *testing.T) {
 			c := configs[i]
 			framework.RecordFigure(t, benchfmt.Figure{
 				Operator: family,
-				Name:     fmt.Sprintf("leader handover after a %s, %s", mode.name, timingsName(c)),
+				Name:     fmt.Sprintf("leader handover, %s, %s", mode.name, timingsName(c)),
 				Unit:     "ms",
 				Where:    "envtest",
 				Samples:  samples[i],
