@@ -24,7 +24,10 @@ func main() {
 		Name:             "lease-operator",
 		Short:            "Runs StatefulSetLock: exactly one writer pod among a StatefulSet's ready pods.",
 		LeaderElectionID: "lease-operator.app.anukkrit.me",
-		Schemes:          []func(*runtime.Scheme) error{leasev1.AddToScheme},
+		// A workload waits on this operator when a node is lost with its leader: fail over in about 11s
+		// instead of 16s, at 60 Lease writes per minute (manager.FastFailoverLeaderElection).
+		LeaderElection: manager.FastFailoverLeaderElection,
+		Schemes:        []func(*runtime.Scheme) error{leasev1.AddToScheme},
 		// StatefulSets' pods and the locks' Leases only, slim pods and nodes, StatefulSets as metadata
 		// (controller/cache.go).
 		Cache: controller.CacheOptions,

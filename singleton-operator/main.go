@@ -27,8 +27,11 @@ func main() {
 		Name:             "singleton-operator",
 		Short:            "Runs StatefulSingleton: no two pods of a singleton ever run their main process at once.",
 		LeaderElectionID: "statefulsingleton-operator.apps.statefulsingleton.com",
-		Schemes:          []func(*runtime.Scheme) error{singletonv1.AddToScheme},
-		Flags:            grants.AddFlags,
+		// A workload waits on this operator when a node is lost with its leader: fail over in about 11s
+		// instead of 16s, at 60 Lease writes per minute (manager.FastFailoverLeaderElection).
+		LeaderElection: manager.FastFailoverLeaderElection,
+		Schemes:        []func(*runtime.Scheme) error{singletonv1.AddToScheme},
+		Flags:          grants.AddFlags,
 		// Only managed pods in the manager's cache (controller/cache.go); the others a singleton selects
 		// come from per-selector caches (controller/caches.go).
 		Cache: controller.CacheOptions,

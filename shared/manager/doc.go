@@ -21,6 +21,15 @@
 // probes, leader election, --webhook-*) are this package's; AddFlags may adjust one of them on fs (the
 // webhook-server turns --enable-http2 on by default).
 //
+// # Leader election
+//
+// Every binary elects its active replica through a Lease named Options.LeaderElectionID and releases it
+// on a clean stop (SIGTERM), so a standby takes over within one of its polls. The timings are flags
+// (--leader-elect-lease-duration, --leader-elect-renew-deadline, --leader-elect-retry-period) whose
+// defaults a binary chooses in Options.LeaderElection: LeaderElectionTimings says what each costs (Lease
+// writes per minute at rest) and buys (handover after a graceful stop, failover after a SIGKILL), and
+// docs/upgrading.md has the figures measured by e2e/handover (TestBenchLeaderHandover, make bench).
+//
 // # Cache scoping
 //
 // The manager's cache holds every object of a watched kind, cluster-wide, without managedFields. A

@@ -37,6 +37,10 @@ type Options struct {
 	// LeaderElectionID names the Lease that elects the active replica. It must be unique per binary so
 	// that each operator can be installed, scaled and upgraded on its own.
 	LeaderElectionID string
+	// LeaderElection are the binary's default leader-election timings, which the --leader-elect-lease-duration,
+	// --leader-elect-renew-deadline and --leader-elect-retry-period flags override; zero fields take
+	// DefaultLeaderElection's. Choose them with the trade-off of LeaderElectionTimings' documentation.
+	LeaderElection LeaderElectionTimings
 	// Schemes add the API types the binary serves or watches, beyond client-go's built-in kinds.
 	Schemes []func(*runtime.Scheme) error
 	// Webhooks makes the binary serve admission webhooks over TLS and adds the --webhook-* flags.
@@ -69,6 +73,7 @@ type flags struct {
 	probeAddr               string
 	leaderElect             bool
 	leaderElectionNamespace string
+	leaderElection          LeaderElectionTimings
 	enableHTTP2             bool
 	webhookCertPath         string
 	webhookCertName         string
@@ -90,7 +95,7 @@ func Main(opts Options) {
 // NewRootCommand returns the cobra command of the binary described by opts. Executing it runs the manager
 // until the command's context is cancelled.
 func NewRootCommand(opts Options) *cobra.Command {
-	f := &flags{}
+	f := &flags{leaderElection: opts.LeaderElection.orDefault()}
 	cmd := &cobra.Command{
 		Use:           opts.Name,
 		Short:         opts.Short,
@@ -120,6 +125,7 @@ func NewRootCommand(opts Options) *cobra.Command {
 		"Elect one active replica through a Lease, so that running several replicas is safe.")
 	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease; defaults to the pod's own namespace in a cluster and is required outside one.")
+	f.leaderElection.addFlags(fs)
 	fs.BoolVar(&f.enableHTTP2, "enable-http2", false,
 		"Allow HTTP/2 on the metrics and webhook servers (off by default: HTTP/2 Stream Cancellation and Rapid Reset CVEs).")
 	if opts.Webhooks {
@@ -255,6 +261,11 @@ func managerOptions(opts Options, f *flags, scheme *runtime.Scheme, d *drain) (c
 		}
 		metricsOpts.FilterProvider = metricsAuthFilter(svc)
 	}
+	if f.leaderElect {
+		if err := f.leaderElection.Validate(); err != nil {
+			return ctrl.Options{}, nil, err
+		}
+	}
 	mgrOpts := ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
@@ -263,6 +274,9 @@ func managerOptions(opts Options, f *flags, scheme *runtime.Scheme, d *drain) (c
 		LeaderElectionID:              opts.LeaderElectionID,
 		LeaderElectionNamespace:       f.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true, // the main process exits right after, so a successor need not wait out the lease
+		LeaseDuration:                 &f.leaderElection.LeaseDuration,
+		RenewDeadline:                 &f.leaderElection.RenewDeadline,
+		RetryPeriod:                   &f.leaderElection.RetryPeriod,
 	}
 	if opts.Cache != nil {
 		opts.Cache(&mgrOpts.Cache)

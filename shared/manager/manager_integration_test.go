@@ -5,9 +5,7 @@ package manager
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -19,9 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -208,36 +203,4 @@ func TestRunWaitsForItsCRDInsteadOfExiting(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the command did not return after its context was cancelled")
 	}
-}
-
-// startEnvtest starts an API server for the test and returns its admin config and a kubeconfig file of it.
-func startEnvtest(t *testing.T) (*rest.Config, string) {
-	t.Helper()
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	return cfg, writeKubeconfig(t, cfg.Host, cfg.CAData, cfg.CertData, cfg.KeyData)
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func writeKubeconfig(t *testing.T, host string, ca, cert, key []byte) string {
-	t.Helper()
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["envtest"] = &clientcmdapi.Cluster{Server: host, CertificateAuthorityData: ca}
-	cfg.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
-	cfg.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
-	cfg.CurrentContext = "envtest"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, clientcmd.WriteToFile(*cfg, path))
-	require.FileExists(t, path)
-	_ = os.Chmod(path, 0o600)
-	return path
 }
