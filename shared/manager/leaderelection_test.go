@@ -40,7 +40,7 @@ func TestLeaderElectionTimingsAreFlagsWithTheBinarysDefaults(t *testing.T) {
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	f.leaderElection.addFlags(fs)
 	require.NoError(t, fs.Parse([]string{"--leader-elect-renew-deadline=4s", "--leader-elect-retry-period=500ms"}))
-	mgrOpts, _, err := managerOptions(Options{Name: "test-operator"}, f, runtime.NewScheme())
+	mgrOpts, _, err := managerOptions(Options{Name: "test-operator"}, f, runtime.NewScheme(), &drain{})
 	require.NoError(t, err)
 	require.NotNil(t, mgrOpts.LeaseDuration)
 	require.NotNil(t, mgrOpts.RenewDeadline)
@@ -60,9 +60,9 @@ func TestLeaderElectionTimingsThatClientGoRefusesAreRefusedUpFront(t *testing.T)
 	} {
 		t.Run(name, func(t *testing.T) {
 			assert.Error(t, timings.Validate())
-			_, _, err := managerOptions(Options{Name: "test-operator"}, &flags{metricsAddr: "0", leaderElect: true, leaderElection: timings}, runtime.NewScheme())
+			_, _, err := managerOptions(Options{Name: "test-operator"}, &flags{metricsAddr: "0", leaderElect: true, leaderElection: timings}, runtime.NewScheme(), &drain{})
 			assert.Error(t, err, "the binary refuses to start")
-			_, _, err = managerOptions(Options{Name: "test-operator"}, &flags{metricsAddr: "0", leaderElect: false, leaderElection: timings}, runtime.NewScheme())
+			_, _, err = managerOptions(Options{Name: "test-operator"}, &flags{metricsAddr: "0", leaderElect: false, leaderElection: timings}, runtime.NewScheme(), &drain{})
 			assert.NoError(t, err, "without leader election the timings are unused")
 		})
 	}
