@@ -360,7 +360,10 @@ func createPhasedRollout(t *testing.T, ns, name, sts, promURL string, threshold,
 	if maxTries > 0 {
 		check["maxTries"] = maxTries
 	}
-	spec := map[string]any{"targetRef": sts, "check": check}
+	spec := map[string]any{"check": check}
+	if sts != "" { // else extra names spec.targetRefs
+		spec["targetRef"] = sts
+	}
 	for k, v := range extra {
 		spec[k] = v
 	}
@@ -399,7 +402,8 @@ func rolloutPhase(t *testing.T, ns, name string) (phase, step string) {
 
 // waitRolloutPhase waits for the phase want. Updated is both idle and a finished rollout (the
 // original project's value), so it is waited for only at the StatefulSet's latest revision: the
-// StatefulSet controller observed its spec and every pod runs the revision the PhasedRollout rolled.
+// StatefulSet controller observed its spec and every pod runs the revision the PhasedRollout rolled
+// (with spec.targetRefs: every StatefulSet, each one Updated in status.targets).
 func waitRolloutPhase(t *testing.T, ns, name, want string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
@@ -410,9 +414,21 @@ func waitRolloutPhase(t *testing.T, ns, name, want string) {
 		if want != string(rolloutv1alpha1.PhaseUpdated) {
 			return true
 		}
-		sts, err := framework.Clientset.AppsV1().StatefulSets(ns).Get(t.Context(), pr.Spec.TargetRef, metav1.GetOptions{})
-		return err == nil && sts.Status.ObservedGeneration == sts.Generation && sts.Status.UpdateRevision == sts.Status.CurrentRevision &&
-			sts.Status.UpdateRevision == pr.Status.UpdateRevision
+		for _, name := range pr.Spec.Targets() {
+			sts, err := framework.Clientset.AppsV1().StatefulSets(ns).Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil || sts.Status.ObservedGeneration != sts.Generation || sts.Status.UpdateRevision != sts.Status.CurrentRevision {
+				return false
+			}
+			if name == pr.Spec.TargetRef && sts.Status.UpdateRevision != pr.Status.UpdateRevision {
+				return false
+			}
+		}
+		for _, target := range pr.Status.Targets {
+			if target.State != rolloutv1alpha1.TargetUpdated {
+				return false
+			}
+		}
+		return true
 	}, framework.Timeout, framework.Tick, "PhasedRollout %s phase %s", name, want)
 }
 

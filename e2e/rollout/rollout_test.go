@@ -187,6 +187,49 @@ func TestRollout(t *testing.T) {
 		assert.Equal(t, map[string]bool{"web-5": true, "web-6": true, "web-7": true}, found)
 		record(t, pw, ns, 1)
 	})
+
+	// Issue 18: several StatefulSets in one ordered rollout (spec.targetRefs), on the real StatefulSet
+	// controller and a real Prometheus: both templates change at once; zone-b is released only after
+	// zone-a's rollout is over (its partition back at replicas, every pod updated and Ready), and every
+	// partition move of each is checked.
+	t.Run("targetRefs roll zone by zone", func(t *testing.T) {
+		ns := framework.NewNamespace(t)
+		zones := []string{"zone-a", "zone-b"}
+		watches := map[string]*partitionWatch{}
+		for _, z := range zones {
+			for i := range 2 {
+				exp.setErrors(ns, fmt.Sprintf("%s-%d", z, i), 0)
+			}
+			framework.RolloutStatefulSet(t, ns, z, 2, 0)
+			watches[z] = watchPartition(t, ns, z)
+		}
+		createPhasedRollout(t, ns, "pr", "", proxy.url, 1, 0, map[string]any{"targetRefs": []any{"zone-a", "zone-b"}})
+		waitRolloutPhase(t, ns, "pr", "Updated")
+		for _, z := range zones {
+			waitPartitionValue(t, ns, z, 2)
+			framework.BumpTemplate(t, ns, z, "2")
+		}
+		waitRolloutPhase(t, ns, "pr", "Updated")
+		for _, z := range zones {
+			framework.WaitStatefulSetReady(t, ns, z, 2)
+			require.Eventually(t, func() bool { return len(watches[z].values()) >= 4 }, framework.Timeout, framework.Tick, "the watch saw %s's last change", z)
+			assert.Equal(t, []int32{2, 1, 0, 2}, watches[z].values(), "%s rolled one pod at a time and was held again", z)
+			inv := checkAdvances(watches[z], proxy, fmt.Sprintf(`namespace=%q,pod="%s-`, ns, z), 1)
+			assert.Equal(t, 2, inv.advances)
+			assert.Zero(t, inv.unchecked, "%s: partition advances without a passing check of its own pods", z)
+		}
+		a, b := watches["zone-a"], watches["zone-b"]
+		a.mu.Lock()
+		aDone := a.changes[len(a.changes)-1].at // zone-a held again: its rollout is over
+		a.mu.Unlock()
+		b.mu.Lock()
+		bStart := b.changes[1].at // zone-b's first release
+		b.mu.Unlock()
+		assert.True(t, bStart.After(aDone), "zone-b released at %s, before zone-a's rollout was over at %s", bStart.Format(time.StampMilli), aDone.Format(time.StampMilli))
+		pr, err := getPhasedRollout(t, ns, "pr")
+		require.NoError(t, err)
+		assert.Equal(t, "zone-b", pr.Status.ActiveTarget)
+	})
 }
 
 // TestRolloutSecondUpdateGap confirms a known limit (README, "a second template change during a
