@@ -1,0 +1,121 @@
+//go:build integration
+
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+)
+
+// crashLooping reports the pod Running between restarts of a crash-looping container, as the kubelet
+// would: the container waits in CrashLoopBackOff after restarts restarts.
+func (f *fixture) crashLooping(name string, restarts int32) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod := f.pod(name)
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", Image: "db", ImageID: "db", RestartCount: restarts,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 5m0s restarting failed container"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, FinishedAt: metav1.Now()}}}}
+		return suite.Client.Status().Update(f.t.Context(), pod)
+	}))
+}
+
+// SS-06: an old pod crash-looping (CrashLoopBackOff, restartCount 5) is neither gone nor terminal: the
+// new pod stays held; once the old pod is gone the new one is released.
+func TestCrashLoopingOldPodKeepsTheNewOneHeld(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	f.createPod("old", releasedAt(1))
+	f.crashLooping("old", 5)
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	f.neverReleased("new", 2*time.Second)
+	assert.Equal(t, "old", f.singleton("db").Status.ActivePod)
+
+	// Running again between restarts, restartCount 5 (seed 000 released on restartCount > 3).
+	f.setPhase("old", corev1.PodRunning)
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod := f.pod("old")
+		pod.Status.ContainerStatuses[0].RestartCount = 5
+		return suite.Client.Status().Update(t.Context(), pod)
+	}))
+	f.neverReleased("new", time.Second)
+
+	f.confirmStop("old")
+	f.waitReleased("new")
+}
+
+// SS-15: after a handover the status names the released pod by UID and reports the handover's
+// duration, and the metrics registry served on the manager's metrics endpoint exposes the handover
+// histogram and the overlap counter.
+func TestHandoverStatusAndMetrics(t *testing.T) {
+	f := newFixture(t)
+	startOperator(t, nil)
+	handoversBefore := histogramCount(t, "singleton_operator_handover_duration_seconds")
+	overlapsBefore := gatherValue(t, "singleton_operator_overlaps_detected_total")
+
+	f.createSingleton("db")
+	f.createPod("old", releasedAt(1))
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	f.neverReleased("new", 500*time.Millisecond)
+	f.confirmStop("old")
+	f.waitReleased("new")
+	uid := string(f.pod("new").UID)
+	require.Eventually(t, func() bool {
+		ss := f.singleton("db")
+		return ss.Status.ActivePodUID == uid && ss.Status.LastTransitionDuration != nil
+	}, wait, tick, "activePodUID and lastTransitionDuration set")
+	ss := f.singleton("db")
+	assert.Equal(t, "new", ss.Status.ActivePod)
+	assert.Positive(t, ss.Status.LastTransitionDuration.Duration)
+	assert.Less(t, ss.Status.LastTransitionDuration.Duration, wait)
+	assert.Equal(t, handoversBefore+1, histogramCount(t, "singleton_operator_handover_duration_seconds"), "one handover observed")
+
+	// Two released, non-terminal pods: the overlap counter rises and OverlapDetected is set.
+	f.createPod("intruder", releasedAt(7))
+	f.waitCondition("db", singletonv1.ConditionOverlapDetected, metav1.ConditionTrue)
+	assert.Greater(t, gatherValue(t, "singleton_operator_overlaps_detected_total"), overlapsBefore)
+	t.Logf("lastTransitionDuration %s", ss.Status.LastTransitionDuration.Duration)
+}
+
+// histogramCount is the sample count of the named histogram in controller-runtime's metrics registry,
+// which the manager's metrics endpoint serves.
+func histogramCount(t *testing.T, name string) uint64 {
+	t.Helper()
+	mfs, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			require.Len(t, mf.GetMetric(), 1)
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
+}
+
+// gatherValue is the value of the named counter in controller-runtime's metrics registry.
+func gatherValue(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			require.Len(t, mf.GetMetric(), 1)
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
+}
