@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
@@ -118,4 +119,41 @@ func gatherValue(t *testing.T, name string) float64 {
 	}
 	t.Fatalf("metric %s not registered", name)
 	return 0
+}
+
+// SS-09: while a handover waits for a terminating pod, status.handover reports its grace-period
+// progress: terminatingSince = deletionTimestamp − deletionGracePeriodSeconds, and the grace period,
+// from which a reader computes the elapsed time; it is cleared once the handover is done.
+func TestHandoverReportsGracePeriodProgress(t *testing.T) {
+	f := newFixture(t)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	f.createPod("old", releasedAt(1))
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	f.neverReleased("new", 500*time.Millisecond)
+	assert.Nil(t, f.singleton("db").Status.Handover, "nothing terminates yet")
+
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("old"), client.GracePeriodSeconds(20)))
+	old := f.pod("old")
+	require.NotNil(t, old.DeletionTimestamp)
+	var progress *singletonv1.HandoverStatus
+	require.Eventually(t, func() bool {
+		progress = f.singleton("db").Status.Handover
+		return progress != nil
+	}, wait, tick, "status.handover set")
+	assert.Equal(t, "old", progress.WaitingFor)
+	assert.Equal(t, string(old.UID), progress.WaitingForUID)
+	assert.Equal(t, int64(20), progress.GracePeriodSeconds)
+	assert.True(t, progress.TerminatingSince.Equal(&metav1.Time{Time: old.DeletionTimestamp.Add(-20 * time.Second)}),
+		"terminatingSince %s = deletionTimestamp %s − 20s", progress.TerminatingSince, old.DeletionTimestamp)
+	elapsed := time.Since(progress.TerminatingSince.Time)
+	assert.True(t, elapsed >= 0 && elapsed < 10*time.Second, "elapsed %s: the deletion was just requested", elapsed)
+	ss := f.singleton("db")
+	assert.Contains(t, ss.Status.Message, "terminating since")
+	assert.Contains(t, ss.Status.Message, "20s grace period")
+	f.neverReleased("new", 500*time.Millisecond)
+
+	f.confirmStop("old")
+	f.waitReleased("new")
+	require.Eventually(t, func() bool { return f.singleton("db").Status.Handover == nil }, wait, tick, "status.handover cleared")
 }
