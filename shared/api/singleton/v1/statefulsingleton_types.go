@@ -20,6 +20,20 @@ const (
 	HoldModeSchedulingGate HoldMode = "SchedulingGate"
 )
 
+// AntiAffinityMode says how strictly the pods of one singleton are kept off each other's node.
+// +kubebuilder:validation:Enum=Preferred;Required
+type AntiAffinityMode string
+
+const (
+	// AntiAffinityPreferred is the original StatefulSingleton operator's term and the default: preferred
+	// pod anti-affinity, weight 100 on kubernetes.io/hostname; the scheduler may still place two pods of
+	// the singleton on one node.
+	AntiAffinityPreferred AntiAffinityMode = "Preferred"
+	// AntiAffinityRequired also adds the same term as requiredDuringSchedulingIgnoredDuringExecution: a
+	// new pod is never scheduled on a node where another pod of the singleton is (hard spread).
+	AntiAffinityRequired AntiAffinityMode = "Required"
+)
+
 // StatefulSingletonPhase is the coarse state of a StatefulSingleton.
 // +kubebuilder:validation:Enum=Running;Transitioning;Failed
 type StatefulSingletonPhase string
@@ -76,6 +90,18 @@ type StatefulSingletonSpec struct {
 	// +optional
 	// +kubebuilder:default=Wrapper
 	HoldMode HoldMode `json:"holdMode,omitempty"`
+
+	// antiAffinity selects the pod anti-affinity admission adds against the other pods of this
+	// singleton on the same node (kubernetes.io/hostname). "Preferred" (default, the original
+	// StatefulSingleton operator's term): preferred, weight 100. "Required": the same term is also added
+	// as requiredDuringSchedulingIgnoredDuringExecution, so a new pod is only scheduled on a node
+	// without another pod of the singleton (hard spread, e.g. to keep a handover off a failing node).
+	// With Required, a RollingUpdate rollout needs a second schedulable node: the new pod is created
+	// while the old one still runs, and stays Pending on a single node. Applies to pods admitted after
+	// the change.
+	// +optional
+	// +kubebuilder:default=Preferred
+	AntiAffinity AntiAffinityMode `json:"antiAffinity,omitempty"`
 }
 
 // StatefulSingletonStatus is the observed state of a StatefulSingleton, written by the operator.
