@@ -3,14 +3,18 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -156,4 +160,88 @@ func TestHandoverReportsGracePeriodProgress(t *testing.T) {
 	f.confirmStop("old")
 	f.waitReleased("new")
 	require.Eventually(t, func() bool { return f.singleton("db").Status.Handover == nil }, wait, tick, "status.handover cleared")
+}
+
+// SS-08: a Wrapper singleton whose Deployment creates the new pod only after the old one is gone
+// (Recreate, or RollingUpdate with maxSurge 0) gets StrategyAdvice=True with the advice and one Event;
+// with a surge, or a claim volume (which needs Recreate), the condition is absent.
+func TestStrategyAdvice(t *testing.T) {
+	f := newFixture(t)
+	startOperator(t, nil)
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: f.ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "db"}}},
+			},
+		},
+	}
+	require.NoError(t, suite.Client.Create(t.Context(), d))
+	rs := f.createReplicaSet("db-1", 1)
+	rs.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: ptr.To(true)}}
+	require.NoError(t, suite.Client.Update(t.Context(), rs))
+	f.createSingleton("db")
+	f.createPod("a", held(singletonv1.HoldModeWrapper), ownedBy(rs))
+	f.waitReleased("a")
+
+	touch := 0
+	reconcileAgain := func() { // the audit runs on the singleton's reconciles, which pod events queue
+		touch++
+		pod := f.pod("a")
+		pod.Annotations["test/touch"] = fmt.Sprint(touch)
+		require.NoError(t, suite.Client.Update(t.Context(), pod))
+	}
+	setStrategy := func(s appsv1.DeploymentStrategy, volumes ...corev1.Volume) {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKeyFromObject(d), d))
+			d.Spec.Strategy = s
+			d.Spec.Template.Spec.Volumes = volumes
+			return suite.Client.Update(t.Context(), d)
+		}))
+	}
+	advice := func() *metav1.Condition {
+		return findCondition(f.singleton("db"), singletonv1.ConditionStrategyAdvice)
+	}
+
+	ss := f.waitCondition("db", singletonv1.ConditionStrategyAdvice, metav1.ConditionTrue)
+	c := findCondition(ss, singletonv1.ConditionStrategyAdvice)
+	assert.Equal(t, singletonv1.ReasonSlowHandoverStrategy, c.Reason)
+	assert.Contains(t, c.Message, "Recreate")
+	assert.Contains(t, c.Message, "maxSurge 1")
+	reconcileAgain()
+	reconcileAgain()
+	time.Sleep(500 * time.Millisecond) // let the reconciles the touches queued run: the Event must stay one
+	assert.Equal(t, 1, f.countEvents(singletonv1.ReasonSlowHandoverStrategy), "one Event while the advice stands")
+
+	surge := func(n int) *intstr.IntOrString { v := intstr.FromInt32(int32(n)); return &v }
+	setStrategy(appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: surge(1), MaxUnavailable: surge(0)}})
+	require.Eventually(t, func() bool { reconcileAgain(); return advice() == nil }, wait, 200*time.Millisecond, "no advice with a surge")
+
+	setStrategy(appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: surge(0), MaxUnavailable: surge(1)}})
+	require.Eventually(t, func() bool { reconcileAgain(); c := advice(); return c != nil && c.Status == metav1.ConditionTrue }, wait, 200*time.Millisecond, "advice with maxSurge 0")
+	assert.Contains(t, advice().Message, "maxSurge 0")
+
+	claim := corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}
+	setStrategy(appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}, claim)
+	require.Eventually(t, func() bool { reconcileAgain(); return advice() == nil }, wait, 200*time.Millisecond, "no advice for Recreate with a claim volume")
+}
+
+// countEvents counts the Events of the fixture's namespace with the reason.
+func (f *fixture) countEvents(reason string) int {
+	f.t.Helper()
+	var events corev1.EventList
+	require.NoError(f.t, suite.Client.List(f.t.Context(), &events, client.InNamespace(f.ns)))
+	n := 0
+	for _, e := range events.Items {
+		if e.Reason == reason {
+			n++
+		}
+	}
+	return n
 }

@@ -150,6 +150,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 		return reconcile.Result{}, r.dropFinalizer(ctx, s)
 	}
 	r.recordObservation(s)
+	r.auditStrategy(ctx, s)
 	if s.adoptable() && runs(s.pods.ungated[0]) {
 		return r.adopt(ctx, s, s.pods.ungated[0])
 	}
