@@ -35,14 +35,22 @@ func (f *fixture) crashLooping(name string, restarts int32) {
 	}))
 }
 
-// SS-06: an old pod crash-looping (CrashLoopBackOff, restartCount 5) is neither gone nor terminal: the
-// new pod stays held; once the old pod is gone the new one is released.
-func TestCrashLoopingOldPodKeepsTheNewOneHeld(t *testing.T) {
+// activeOldPod starts the operator on a fixture with StatefulSingleton db whose pod "old" is active
+// (released with epoch 1), the overlap checker watching.
+func activeOldPod(t *testing.T) *fixture {
+	t.Helper()
 	f := newFixture(t)
 	watchOverlaps(t, f.ns)
 	startOperator(t, nil)
 	f.createSingleton("db")
 	f.createPod("old", releasedAt(1))
+	return f
+}
+
+// SS-06: an old pod crash-looping (CrashLoopBackOff, restartCount 5) is neither gone nor terminal: the
+// new pod stays held; once the old pod is gone the new one is released.
+func TestCrashLoopingOldPodKeepsTheNewOneHeld(t *testing.T) {
+	f := activeOldPod(t)
 	f.crashLooping("old", 5)
 	f.createPod("new", held(singletonv1.HoldModeWrapper))
 	f.neverReleased("new", 2*time.Second)
@@ -67,72 +75,63 @@ func TestCrashLoopingOldPodKeepsTheNewOneHeld(t *testing.T) {
 func TestHandoverStatusAndMetrics(t *testing.T) {
 	f := newFixture(t)
 	startOperator(t, nil)
-	handoversBefore := histogramCount(t, "singleton_operator_handover_duration_seconds")
-	overlapsBefore := gatherValue(t, "singleton_operator_overlaps_detected_total")
+	const histogram, counter = "singleton_operator_handover_duration_seconds", "singleton_operator_overlaps_detected_total"
+	handoversBefore, _ := gathered(t, histogram)
+	_, overlapsBefore := gathered(t, counter)
 
 	f.createSingleton("db")
 	f.createPod("old", releasedAt(1))
 	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	require.Eventually(t, func() bool {
+		st := f.singleton("db").Status
+		return st.ActivePod == "old" && st.Phase == singletonv1.PhaseTransitioning
+	}, wait, tick, "the handover started with pod old active")
 	f.neverReleased("new", 500*time.Millisecond)
 	f.confirmStop("old")
 	f.waitReleased("new")
 	uid := string(f.pod("new").UID)
-	require.Eventually(t, func() bool {
-		ss := f.singleton("db")
-		return ss.Status.ActivePodUID == uid && ss.Status.LastTransitionDuration != nil
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		st := f.singleton("db").Status
+		assert.Equal(c, uid, st.ActivePodUID)
+		assert.NotNil(c, st.LastTransitionDuration, "lastTransitionDuration (transition started %s)", st.TransitionTimestamp)
 	}, wait, tick, "activePodUID and lastTransitionDuration set")
 	ss := f.singleton("db")
 	assert.Equal(t, "new", ss.Status.ActivePod)
 	assert.Positive(t, ss.Status.LastTransitionDuration.Duration)
 	assert.Less(t, ss.Status.LastTransitionDuration.Duration, wait)
-	assert.Equal(t, handoversBefore+1, histogramCount(t, "singleton_operator_handover_duration_seconds"), "one handover observed")
+	handovers, _ := gathered(t, histogram)
+	assert.Equal(t, handoversBefore+1, handovers, "one handover observed")
 
 	// Two released, non-terminal pods: the overlap counter rises and OverlapDetected is set.
 	f.createPod("intruder", releasedAt(7))
 	f.waitCondition("db", singletonv1.ConditionOverlapDetected, metav1.ConditionTrue)
-	assert.Greater(t, gatherValue(t, "singleton_operator_overlaps_detected_total"), overlapsBefore)
+	_, overlapsAfter := gathered(t, counter)
+	assert.Greater(t, overlapsAfter, overlapsBefore)
 	t.Logf("lastTransitionDuration %s", ss.Status.LastTransitionDuration.Duration)
 }
 
-// histogramCount is the sample count of the named histogram in controller-runtime's metrics registry,
-// which the manager's metrics endpoint serves.
-func histogramCount(t *testing.T, name string) uint64 {
+// gathered reads the named metric from controller-runtime's metrics registry, which the manager's
+// metrics endpoint serves: a histogram's sample count, or a counter's value.
+func gathered(t *testing.T, name string) (samples uint64, value float64) {
 	t.Helper()
 	mfs, err := ctrlmetrics.Registry.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			require.Len(t, mf.GetMetric(), 1)
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			m := mf.GetMetric()[0]
+			return m.GetHistogram().GetSampleCount(), m.GetCounter().GetValue()
 		}
 	}
 	t.Fatalf("metric %s not registered", name)
-	return 0
-}
-
-// gatherValue is the value of the named counter in controller-runtime's metrics registry.
-func gatherValue(t *testing.T, name string) float64 {
-	t.Helper()
-	mfs, err := ctrlmetrics.Registry.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			require.Len(t, mf.GetMetric(), 1)
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("metric %s not registered", name)
-	return 0
+	return 0, 0
 }
 
 // SS-09: while a handover waits for a terminating pod, status.handover reports its grace-period
 // progress: terminatingSince = deletionTimestamp − deletionGracePeriodSeconds, and the grace period,
 // from which a reader computes the elapsed time; it is cleared once the handover is done.
 func TestHandoverReportsGracePeriodProgress(t *testing.T) {
-	f := newFixture(t)
-	startOperator(t, nil)
-	f.createSingleton("db")
-	f.createPod("old", releasedAt(1))
+	f := activeOldPod(t)
 	f.createPod("new", held(singletonv1.HoldModeWrapper))
 	f.neverReleased("new", 500*time.Millisecond)
 	assert.Nil(t, f.singleton("db").Status.Handover, "nothing terminates yet")
