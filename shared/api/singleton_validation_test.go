@@ -41,6 +41,7 @@ func TestStatefulSingletonDefaults(t *testing.T) {
 				"spec.maxTransitionTime":      300,
 				"spec.respectPodGracePeriod":  true,
 				"spec.holdMode":               "Wrapper",
+				"spec.antiAffinity":           "Preferred",
 			},
 		},
 		{
@@ -57,6 +58,7 @@ spec:
 				"spec.maxTransitionTime":      300,
 				"spec.respectPodGracePeriod":  true,
 				"spec.holdMode":               "Wrapper",
+				"spec.antiAffinity":           "Preferred",
 			},
 		},
 		{
@@ -72,12 +74,14 @@ spec:
   maxTransitionTime: 3600
   respectPodGracePeriod: false
   holdMode: SchedulingGate
+  antiAffinity: Required
 `,
 			want: map[string]any{
 				"spec.terminationGracePeriod": 3600,
 				"spec.maxTransitionTime":      3600,
 				"spec.respectPodGracePeriod":  false,
 				"spec.holdMode":               "SchedulingGate",
+				"spec.antiAffinity":           "Required",
 			},
 		},
 	}
@@ -113,6 +117,7 @@ func singletonBadInputs() []badInput {
 		{"terminationGracePeriod not a number", sel + "  terminationGracePeriod: 30s\n", []string{"spec.terminationGracePeriod"}},
 		{"terminationGracePeriod 0", sel + "  terminationGracePeriod: 0\n", []string{"spec.terminationGracePeriod"}},
 		{"holdMode unknown", sel + "  holdMode: Sidecar\n", []string{"spec.holdMode", "Unsupported value"}},
+		{"antiAffinity unknown", sel + "  antiAffinity: Hard\n", []string{"spec.antiAffinity", "Unsupported value"}},
 		{"selector label value with a space", "  selector: {matchLabels: {app: 'my db'}}\n", []string{"spec.selector.matchLabels", "values must be label values"}},
 		{"selector label value of 64 characters", "  selector: {matchLabels: {app: " + strings.Repeat("v", 64) + "}}\n", []string{"spec.selector.matchLabels", "may not be more than 63"}},
 		{"selector label value ending in a dash", "  selector: {matchLabels: {app: db-}}\n", []string{"spec.selector.matchLabels", "values must be label values"}},

@@ -98,7 +98,7 @@ func Mutate(pod *corev1.Pod, ss *singletonv1.StatefulSingleton, cfg Config) *cor
 	delete(out.Annotations, singletonv1.AnnotationEpoch)
 
 	addReadinessGate(out)
-	addAntiAffinity(out, value)
+	addAntiAffinity(out, value, ss.Spec.AntiAffinity == singletonv1.AntiAffinityRequired)
 	setGracePeriod(out, &ss.Spec)
 
 	mode := holdMode(out, ss)
@@ -184,7 +184,9 @@ func AntiAffinityTerm(singletonLabelValue string) corev1.WeightedPodAffinityTerm
 	}
 }
 
-func addAntiAffinity(pod *corev1.Pod, value string) {
+// addAntiAffinity adds the singleton's preferred anti-affinity term, and with required the same term as
+// requiredDuringSchedulingIgnoredDuringExecution (spec.antiAffinity Required), each once.
+func addAntiAffinity(pod *corev1.Pod, value string, required bool) {
 	term := AntiAffinityTerm(value)
 	if pod.Spec.Affinity == nil {
 		pod.Spec.Affinity = &corev1.Affinity{}
@@ -193,12 +195,16 @@ func addAntiAffinity(pod *corev1.Pod, value string) {
 		pod.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{}
 	}
 	anti := pod.Spec.Affinity.PodAntiAffinity
-	for _, t := range anti.PreferredDuringSchedulingIgnoredDuringExecution {
-		if equality.Semantic.DeepEqual(t, term) {
-			return
-		}
+	if !slices.ContainsFunc(anti.PreferredDuringSchedulingIgnoredDuringExecution, func(t corev1.WeightedPodAffinityTerm) bool {
+		return equality.Semantic.DeepEqual(t, term)
+	}) {
+		anti.PreferredDuringSchedulingIgnoredDuringExecution = append(anti.PreferredDuringSchedulingIgnoredDuringExecution, term)
 	}
-	anti.PreferredDuringSchedulingIgnoredDuringExecution = append(anti.PreferredDuringSchedulingIgnoredDuringExecution, term)
+	if required && !slices.ContainsFunc(anti.RequiredDuringSchedulingIgnoredDuringExecution, func(t corev1.PodAffinityTerm) bool {
+		return equality.Semantic.DeepEqual(t, term.PodAffinityTerm)
+	}) {
+		anti.RequiredDuringSchedulingIgnoredDuringExecution = append(anti.RequiredDuringSchedulingIgnoredDuringExecution, term.PodAffinityTerm)
+	}
 }
 
 // setGracePeriod writes spec.terminationGracePeriod into the pod, unless respectPodGracePeriod (default

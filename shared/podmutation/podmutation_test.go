@@ -270,3 +270,32 @@ func countIn(pod *corev1.Pod, name string) int {
 	}
 	return n
 }
+
+// SS-14: antiAffinity Required adds the singleton's term as requiredDuringScheduling too (hard spread);
+// Preferred (the default) adds only the seed's preferred term. Both are idempotent.
+func TestMutateRequiredAntiAffinity(t *testing.T) {
+	for _, mode := range []singletonv1.AntiAffinityMode{"", singletonv1.AntiAffinityPreferred, singletonv1.AntiAffinityRequired} {
+		t.Run(string(mode), func(t *testing.T) {
+			ss := singleton(singletonv1.HoldModeSchedulingGate, 30, nil)
+			ss.Spec.AntiAffinity = mode
+			once := Mutate(appPod(container("app", []string{"/app"})), ss, testConfig)
+			anti := once.Spec.Affinity.PodAntiAffinity
+			assert.Equal(t, []corev1.WeightedPodAffinityTerm{AntiAffinityTerm("db")}, anti.PreferredDuringSchedulingIgnoredDuringExecution)
+			if mode == singletonv1.AntiAffinityRequired {
+				require.Len(t, anti.RequiredDuringSchedulingIgnoredDuringExecution, 1)
+				term := anti.RequiredDuringSchedulingIgnoredDuringExecution[0]
+				assert.Equal(t, corev1.LabelHostname, term.TopologyKey)
+				assert.Equal(t, AntiAffinityTerm("db").PodAffinityTerm, term)
+			} else {
+				assert.Empty(t, anti.RequiredDuringSchedulingIgnoredDuringExecution)
+			}
+			assert.True(t, equality.Semantic.DeepEqual(once, Mutate(once, ss, testConfig)), "idempotent")
+		})
+	}
+	// The pods of another singleton get a term against their own singleton only.
+	other := singleton(singletonv1.HoldModeSchedulingGate, 30, nil)
+	other.Name, other.Spec.AntiAffinity = "cache", singletonv1.AntiAffinityRequired
+	got := Mutate(appPod(container("app", []string{"/app"})), other, testConfig)
+	assert.Equal(t, []corev1.PodAffinityTerm{AntiAffinityTerm("cache").PodAffinityTerm}, got.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
+	assert.NotEqual(t, AntiAffinityTerm("db").PodAffinityTerm, AntiAffinityTerm("cache").PodAffinityTerm)
+}

@@ -39,7 +39,7 @@ import (
 // the operator, also when it lives beside the singletons in their namespace. StatefulSingletons with the
 // same selector (same canonical string) share one such cache. Besides, each namespace that holds a
 // StatefulSingleton gets one cache of the ReplicaSets (metadata only) and StatefulSets that rank held pods
-// by revision; it holds no pods.
+// by revision, and of the Deployments whose strategy the operator audits (strategy.go); it holds no pods.
 //
 // A selector's cache starts with the first reconcile of a StatefulSingleton that uses it. When a
 // StatefulSingleton's deletion finishes (finish), the caches of its namespace are compared with the
@@ -49,7 +49,7 @@ import (
 // also stops the cache of a StatefulSingleton that went without finish (its finalizer removed by hand) at
 // the next deletion in its namespace. The selector cannot change (a CEL rule on spec.selector), so a
 // cache never has to follow a StatefulSingleton to another selector. Memory thus
-// follows the singletons and their own pods (plus the ReplicaSets and StatefulSets of their namespaces),
+// follows the singletons and their own pods (plus the ReplicaSets, StatefulSets and Deployments of their namespaces),
 // not the pods of the cluster or of the singletons' namespaces. Like the manager's cache, these caches
 // strip managedFields, and they share the manager's HTTP client (connections), not one each.
 //
@@ -70,7 +70,7 @@ func unmanagedPods(sel labels.Selector) labels.Selector {
 // Pod events of the selector caches are sent to events, which the controller watches.
 type namespaceCaches struct {
 	// newCache makes a cache of namespace: with pods set, of the pods that pods selects (a selector
-	// cache); with pods nil, of ReplicaSet metadata and StatefulSets (the namespace's ranking cache).
+	// cache); with pods nil, of ReplicaSet metadata, StatefulSets and Deployments (the namespace's ranking cache).
 	// The unit tests replace it.
 	newCache func(namespace string, pods labels.Selector) (cache.Cache, error)
 	events   chan event.GenericEvent
@@ -150,7 +150,7 @@ func podCacheKey(namespace string, sel labels.Selector) string {
 	return namespace + "/" + strings.Join(parts, ",")
 }
 
-// reader returns the synced ranking cache of namespace (ReplicaSet metadata and StatefulSets, no pods),
+// reader returns the synced ranking cache of namespace (ReplicaSet metadata, StatefulSets and Deployments, no pods),
 // starting it if needed.
 func (n *namespaceCaches) reader(ctx context.Context, namespace string) (client.Reader, error) {
 	return n.start(ctx, namespace, namespace, nil)
@@ -188,7 +188,7 @@ func (n *namespaceCaches) start(ctx context.Context, key, namespace string, pods
 		if pods != nil {
 			logf.FromContext(ctx).V(1).Info("Following the unmanaged pods of a selector", "namespace", namespace, "selector", pods.String())
 		} else {
-			logf.FromContext(ctx).V(1).Info("Following the namespace's ReplicaSets and StatefulSets", "namespace", namespace)
+			logf.FromContext(ctx).V(1).Info("Following the namespace's ReplicaSets, StatefulSets and Deployments", "namespace", namespace)
 		}
 	}
 	n.mu.Unlock()
@@ -206,7 +206,7 @@ func (n *namespaceCaches) start(ctx context.Context, key, namespace string, pods
 // the cache, not at the first read.
 func (n *namespaceCaches) informers(ctx context.Context, c cache.Cache, pods bool) error {
 	if !pods {
-		for _, obj := range []client.Object{revisionMeta(), &appsv1.StatefulSet{}} {
+		for _, obj := range []client.Object{revisionMeta(), &appsv1.StatefulSet{}, &appsv1.Deployment{}} {
 			if _, err := c.GetInformer(ctx, obj); err != nil {
 				return err
 			}

@@ -220,8 +220,8 @@ func TestNamespaceCachesOneCachePerSelector(t *testing.T) {
 		assert.Equal(t, []string{"*v1.Pod"}, c.informers, "a selector cache has the pod informer only")
 		assert.Len(t, c.handlers, 1, "its events feed the controller")
 	}
-	assert.Equal(t, []string{"*v1.PartialObjectMetadata/ReplicaSet", "*v1.StatefulSet"}, caches[4].informers,
-		"the ranking cache holds ReplicaSet metadata and StatefulSets, no pods")
+	assert.Equal(t, []string{"*v1.PartialObjectMetadata/ReplicaSet", "*v1.StatefulSet", "*v1.Deployment"}, caches[4].informers,
+		"the ranking cache holds ReplicaSet metadata, StatefulSets and Deployments, no pods")
 	assert.Empty(t, caches[4].handlers)
 	for _, c := range caches {
 		require.Eventually(t, func() bool { started, _ := c.state(); return started }, stopWait, stopTick, "cache %s %s started", c.namespace, c.pods)

@@ -30,11 +30,7 @@ import (
 // A held pod is released only once every other pod is gone from the API or terminal: a pod being
 // deleted still blocks, a confirmed deletion or a terminal pod does not.
 func TestReleaseOnlyWhenOthersGoneOrTerminal(t *testing.T) {
-	f := newFixture(t)
-	watchOverlaps(t, f.ns)
-	startOperator(t, nil)
-	f.createSingleton("db")
-	f.createPod("old", releasedAt(1))
+	f := activeOldPod(t)
 	f.createPod("new", held(singletonv1.HoldModeWrapper))
 	f.neverReleased("new", time.Second)
 

@@ -116,6 +116,7 @@ func (r *Reconciler) dropFinalizer(ctx context.Context, s *scope) error {
 func (r *Reconciler) newScope(ctx context.Context, ss *singletonv1.StatefulSingleton, began time.Time) (*scope, error) {
 	s := &scope{ss: ss, status: ss.Status.DeepCopy(), deleting: !ss.DeletionTimestamp.IsZero(), timing: handoverTiming{began: began}}
 	s.status.ObservedGeneration = ss.Generation
+	s.status.Handover = nil // set again by handover while it waits for a terminating pod
 	reportSpecConcerns(s)
 	if _, err := metav1.LabelSelectorAsSelector(&ss.Spec.Selector); err != nil {
 		s.invalidSelector = err
@@ -149,6 +150,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 		return reconcile.Result{}, r.dropFinalizer(ctx, s)
 	}
 	r.recordObservation(s)
+	r.auditStrategy(ctx, s)
 	if s.adoptable() && runs(s.pods.ungated[0]) {
 		return r.adopt(ctx, s, s.pods.ungated[0])
 	}

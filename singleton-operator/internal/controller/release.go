@@ -82,8 +82,35 @@ func (r *Reconciler) handover(ctx context.Context, s *scope) error {
 		r.Recorder.Eventf(s.ss, pod, corev1.EventTypeNormal, singletonv1.ReasonPodTransition, "Handover",
 			"deleted pod %s of an older revision so that held pod %s can start", pod.Name, pods.candidate.Name)
 	}
+	if progress := terminationProgress(pods.blocking); progress != nil {
+		s.status.Handover = progress
+		// The start, not the elapsed time: a message that changed with every reconcile would make every
+		// reconcile write the status, and every status write queue another reconcile.
+		msg += fmt.Sprintf("; pod %s terminating since %s with a %ds grace period", progress.WaitingFor,
+			progress.TerminatingSince.UTC().Format(time.RFC3339), progress.GracePeriodSeconds)
+	}
 	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonWaitingForOldPod, msg)
 	s.status.Message = msg
+	return nil
+}
+
+// terminationProgress is the grace-period progress of the first terminating pod of blocking, nil when
+// none terminates: its deletion was requested at deletionTimestamp − deletionGracePeriodSeconds (the
+// deletionTimestamp is when the grace period ends, not when the deletion was asked for).
+func terminationProgress(blocking []*corev1.Pod) *singletonv1.HandoverStatus {
+	for _, pod := range blocking {
+		if pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		var grace int64
+		if pod.DeletionGracePeriodSeconds != nil {
+			grace = *pod.DeletionGracePeriodSeconds
+		}
+		return &singletonv1.HandoverStatus{
+			WaitingFor: pod.Name, WaitingForUID: string(pod.UID), GracePeriodSeconds: grace,
+			TerminatingSince: metav1.Time{Time: pod.DeletionTimestamp.Add(-time.Duration(grace) * time.Second)},
+		}
+	}
 	return nil
 }
 

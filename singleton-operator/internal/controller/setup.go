@@ -27,7 +27,9 @@ import (
 // Namespaces: patched only to set or remove apps.statefulsingleton.com/enabled, which scopes the pod
 // webhook; config/policy/namespaces.yaml refuses any other Namespace change for this ServiceAccount.
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=apps,resources=replicasets;statefulsets,verbs=get;list;watch
+// ReplicaSets and StatefulSets: read to rank held pods by revision; Deployments: read for the strategy audit
+// (StrategyAdvice). Nothing of apps is written.
+// +kubebuilder:rbac:groups=apps,resources=replicasets;statefulsets;deployments,verbs=get;list;watch
 
 // Reconciler reconciles StatefulSingletons.
 //

@@ -73,6 +73,9 @@ func (r *Reconciler) reportWaiting(ss *singletonv1.StatefulSingleton, before, af
 	opsutil.EventOnTransition(r.Recorder, ss, nil, before.Conditions, after.Conditions, opsutil.Transition{
 		Type: singletonv1.ConditionSpecWarning, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Validate",
 	})
+	opsutil.EventOnTransition(r.Recorder, ss, nil, before.Conditions, after.Conditions, opsutil.Transition{
+		Type: singletonv1.ConditionStrategyAdvice, Status: metav1.ConditionTrue, EventType: corev1.EventTypeNormal, Action: "Audit",
+	})
 	eventType := corev1.EventTypeNormal
 	if now := meta.FindStatusCondition(after.Conditions, singletonv1.ConditionReady); now != nil {
 		switch now.Reason {

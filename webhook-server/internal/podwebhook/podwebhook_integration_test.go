@@ -298,3 +298,32 @@ func TestAPodWithoutCommandGetsWrapperModeFromItsPrivateImage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"docker-entrypoint.sh", "--name=a b", "--list=a,b", `"quoted"`}, argv, "ENTRYPOINT, then the pod's args instead of CMD")
 }
+
+// SS-14: the seed's preferred anti-affinity by default; with spec.antiAffinity Required the pod also
+// gets the same term as requiredDuringScheduling, against the pods of its own singleton only, and the
+// API server accepts it.
+func TestRequiredAntiAffinityIsAddedAtAdmission(t *testing.T) {
+	ns := newNamespace(t)
+	newSingleton(t, ns, "db", singletonv1.HoldModeSchedulingGate, map[string]string{"app": "db"})
+	hard := &singletonv1.StatefulSingleton{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cache"},
+		Spec: singletonv1.StatefulSingletonSpec{Selector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "cache"}},
+			HoldMode: singletonv1.HoldModeSchedulingGate, AntiAffinity: singletonv1.AntiAffinityRequired},
+	}
+	require.NoError(t, k8s.Create(t.Context(), hard))
+
+	soft := newPod(ns, "db-0", map[string]string{"app": "db"}, "/bin/server")
+	require.NoError(t, k8s.Create(t.Context(), soft))
+	assert.Equal(t, []corev1.WeightedPodAffinityTerm{podmutation.AntiAffinityTerm("db")}, soft.Spec.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
+	assert.Empty(t, soft.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) { // the webhook reads the singleton through its cache
+		pod := newPod(ns, "", map[string]string{"app": "cache"}, "/bin/server")
+		pod.GenerateName = "cache-"
+		if !assert.NoError(c, k8s.Create(t.Context(), pod)) || !assert.NotNil(c, pod.Spec.Affinity, "mutated") {
+			return
+		}
+		assert.Equal(c, []corev1.PodAffinityTerm{podmutation.AntiAffinityTerm("cache").PodAffinityTerm},
+			pod.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
+	}, 10*time.Second, 100*time.Millisecond)
+}

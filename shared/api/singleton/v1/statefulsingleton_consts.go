@@ -41,6 +41,11 @@ const (
 	// what the user meant (reason GracePeriodExceedsTransitionTime). It never changes what the operator
 	// does, and kstatus does not read it.
 	ConditionSpecWarning = "SpecWarning"
+	// ConditionStrategyAdvice is True, with the advice as its message, while the strategy of the
+	// Deployment whose pods the singleton holds makes handovers slower than they need be (reason
+	// SlowHandoverStrategy; a Normal Event once when it turns True). It never changes what the operator
+	// does, and kstatus does not read it.
+	ConditionStrategyAdvice = "StrategyAdvice"
 )
 
 // Condition reasons and Event reasons of a StatefulSingleton.
@@ -73,6 +78,10 @@ const (
 	// ReasonGracePeriodExceedsTransitionTime: spec.terminationGracePeriod is greater than
 	// spec.maxTransitionTime, so a pod using its grace period makes the handover report TransitionTimedOut.
 	ReasonGracePeriodExceedsTransitionTime = "GracePeriodExceedsTransitionTime"
+	// ReasonSlowHandoverStrategy: a Wrapper singleton's Deployment uses Recreate, or RollingUpdate with a
+	// maxSurge of 0, so its new pod is created only after the old one is gone and its whole start is in
+	// the handover gap (StrategyAdvice reason and Event).
+	ReasonSlowHandoverStrategy = "SlowHandoverStrategy"
 	// ReasonHandover: the Reconciling condition's reason while a new pod is held.
 	ReasonHandover = "Handover"
 	// ReasonDeletionWaiting: the StatefulSingleton is being deleted and keeps its finalizer until no pod

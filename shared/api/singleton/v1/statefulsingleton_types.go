@@ -20,6 +20,20 @@ const (
 	HoldModeSchedulingGate HoldMode = "SchedulingGate"
 )
 
+// AntiAffinityMode says how strictly the pods of one singleton are kept off each other's node.
+// +kubebuilder:validation:Enum=Preferred;Required
+type AntiAffinityMode string
+
+const (
+	// AntiAffinityPreferred is the original StatefulSingleton operator's term and the default: preferred
+	// pod anti-affinity, weight 100 on kubernetes.io/hostname; the scheduler may still place two pods of
+	// the singleton on one node.
+	AntiAffinityPreferred AntiAffinityMode = "Preferred"
+	// AntiAffinityRequired also adds the same term as requiredDuringSchedulingIgnoredDuringExecution: a
+	// new pod is never scheduled on a node where another pod of the singleton is (hard spread).
+	AntiAffinityRequired AntiAffinityMode = "Required"
+)
+
 // StatefulSingletonPhase is the coarse state of a StatefulSingleton.
 // +kubebuilder:validation:Enum=Running;Transitioning;Failed
 type StatefulSingletonPhase string
@@ -76,6 +90,18 @@ type StatefulSingletonSpec struct {
 	// +optional
 	// +kubebuilder:default=Wrapper
 	HoldMode HoldMode `json:"holdMode,omitempty"`
+
+	// antiAffinity selects the pod anti-affinity admission adds against the other pods of this
+	// singleton on the same node (kubernetes.io/hostname). "Preferred" (default, the original
+	// StatefulSingleton operator's term): preferred, weight 100. "Required": the same term is also added
+	// as requiredDuringSchedulingIgnoredDuringExecution, so a new pod is only scheduled on a node
+	// without another pod of the singleton (hard spread, e.g. to keep a handover off a failing node).
+	// With Required, a RollingUpdate rollout needs a second schedulable node: the new pod is created
+	// while the old one still runs, and stays Pending on a single node. Applies to pods admitted after
+	// the change.
+	// +optional
+	// +kubebuilder:default=Preferred
+	AntiAffinity AntiAffinityMode `json:"antiAffinity,omitempty"`
 }
 
 // StatefulSingletonStatus is the observed state of a StatefulSingleton, written by the operator.
@@ -130,6 +156,11 @@ type StatefulSingletonStatus struct {
 	// +optional
 	LastTransitionDuration *metav1.Duration `json:"lastTransitionDuration,omitempty"`
 
+	// handover describes the pod the current handover waits for while it terminates, so a reader sees
+	// how long the handover will still wait; it is unset when no handover waits for a terminating pod.
+	// +optional
+	Handover *HandoverStatus `json:"handover,omitempty"`
+
 	// conditions describe the state in detail. "Ready" is the summary (True when an active pod runs and
 	// no transition is stuck); others include TransitionTimedOut, FencingRequired, UngatedPod,
 	// OverlapDetected and SelectorConflict.
@@ -141,6 +172,31 @@ type StatefulSingletonStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
 }
 
+// HandoverStatus is the grace-period progress of the pod a handover waits for. It records when the
+// pod's grace period started and how long it is, not the elapsed time: the operator does not rewrite
+// the status every second. The time the pod has been terminating is now − terminatingSince (the
+// "Terminating" printer column shows it as an age); it is given at most gracePeriodSeconds before the
+// kubelet kills it, after which the handover waits only for the kubelet's confirmation.
+type HandoverStatus struct {
+	// waitingFor is the name of the terminating pod the held pod waits for.
+	// +required
+	WaitingFor string `json:"waitingFor"`
+
+	// waitingForUID is the UID of waitingFor.
+	// +optional
+	WaitingForUID string `json:"waitingForUID,omitempty"`
+
+	// gracePeriodSeconds is the pod's deletion grace period (metadata.deletionGracePeriodSeconds).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	GracePeriodSeconds int64 `json:"gracePeriodSeconds,omitempty"`
+
+	// terminatingSince is when the pod's deletion was requested: metadata.deletionTimestamp −
+	// metadata.deletionGracePeriodSeconds. Elapsed = now − terminatingSince.
+	// +required
+	TerminatingSince metav1.Time `json:"terminatingSince"`
+}
+
 // StatefulSingleton makes the pods it selects (typically those of a one-replica Deployment or
 // StatefulSet) run their main process one at a time: a new pod is held until the previous one is gone,
 // then released, so two instances never run in parallel during rollouts, drains or pod deletions.
@@ -150,6 +206,9 @@ type StatefulSingletonStatus struct {
 // +kubebuilder:printcolumn:name="Status",type="string",JSONPath=".status.phase"
 // +kubebuilder:printcolumn:name="Active Pod",type="string",JSONPath=".status.activePod"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
+// +kubebuilder:printcolumn:name="Waiting For",type="string",JSONPath=".status.handover.waitingFor",priority=1
+// +kubebuilder:printcolumn:name="Terminating",type="date",JSONPath=".status.handover.terminatingSince",priority=1
+// +kubebuilder:printcolumn:name="Grace",type="integer",JSONPath=".status.handover.gracePeriodSeconds",priority=1
 // +kubebuilder:printcolumn:name="Hold Mode",type="string",JSONPath=".spec.holdMode",priority=1
 // +kubebuilder:printcolumn:name="Epoch",type="integer",JSONPath=".status.epoch",priority=1
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
