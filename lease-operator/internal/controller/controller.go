@@ -110,6 +110,9 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(cached, &coordinationv1.Lease{}, r.leaseHandler(), opsutil.IgnoreOwnWrites[*coordinationv1.Lease](r.writes))).
 		WatchesRawSource(source.Kind(cached, statefulSetMeta(""), r.statefulSetHandler(), statefulSetPredicate())).
 		WatchesRawSource(source.Kind(cached, &corev1.Node{}, r.nodeHandler(), r.nodePredicate())).
+		// A lock's deletion wakes the younger locks naming its StatefulSet (StatefulSetConflict): the
+		// next in line takes over at once, not at its next retry.
+		WatchesRawSource(source.Kind(cached, &leasev1.StatefulSetLock{}, r.siblingHandler(), lockDeleted())).
 		Complete(r)
 }
 

@@ -534,14 +534,14 @@ func (r *Reconciler) clearSwitchover(ctx context.Context, lock *leasev1.Stateful
 }
 
 // olderLock returns the name of another StatefulSetLock that names the same StatefulSet and was
-// created first (ties broken by name): only that one manages the pods.
+// created first (ties broken by name) and is not being deleted: only that one manages the pods.
 func (r *Reconciler) olderLock(ctx context.Context, lock *leasev1.StatefulSetLock) (string, error) {
 	var locks leasev1.StatefulSetLockList
 	if err := r.Cache.List(ctx, &locks, client.InNamespace(lock.Namespace), client.MatchingFields{indexLockStatefulSet: lock.Spec.StatefulSetName}); err != nil {
 		return "", fmt.Errorf("listing StatefulSetLocks: %w", err)
 	}
 	for _, other := range locks.Items {
-		if other.UID == lock.UID {
+		if other.UID == lock.UID || !other.DeletionTimestamp.IsZero() {
 			continue
 		}
 		if other.CreationTimestamp.Before(&lock.CreationTimestamp) ||
