@@ -134,6 +134,21 @@ const (
 	DefaultZoneNodeLabel = "topology.kubernetes.io/zone"
 )
 
+// The quarks names of the same zone facts, set beside ours on the StatefulSets and pods of a zone so that
+// workloads and selectors written for quarks-statefulset find them unchanged (ES-10). Not in selectors:
+// they add nothing to what ZoneLabel and ZoneIndexLabel already select.
+const (
+	// QuarksZoneLabel is quarks' label with the zone's name.
+	QuarksZoneLabel = "quarks.cloudfoundry.org/az-name"
+	// QuarksZoneIndexLabel is quarks' label with the zone's index, 0-based as quarks set it (the first
+	// zone of spec.az.zones is "0"; AZ_INDEX and ZoneIndexLabel are 1-based, as in quarks too).
+	QuarksZoneIndexLabel = "quarks.cloudfoundry.org/az-index"
+	// BoshZoneEnvName and CFOperatorZoneEnvName are quarks' other environment variables naming the zone,
+	// set beside KUBE_AZ with the same value.
+	BoshZoneEnvName       = "BOSH_AZ"
+	CFOperatorZoneEnvName = "CF_OPERATOR_AZ"
+)
+
 // Event reasons of zones.
 const (
 	// EventZoneOutage (Warning): a zone has no Ready node; the message names the zones.
