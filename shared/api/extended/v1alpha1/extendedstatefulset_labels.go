@@ -66,6 +66,9 @@ const (
 	EventVersionDeleted = "VersionDeleted"
 	// EventConfigRestart: referenced configuration data changed; the pods roll.
 	EventConfigRestart = "ConfigRestart"
+	// EventStuckPodRecreated (Warning): with updateNotReady, a pod stuck not Ready on an outdated
+	// revision was deleted so that its StatefulSet recreates it from the update revision.
+	EventStuckPodRecreated = "StuckPodRecreated"
 	// EventReplicasRestored: a child StatefulSet's replicas were edited and put back.
 	EventReplicasRestored = "ReplicasRestored"
 	// EventRolledOut: a version's pods are all Ready; it is the current version.

@@ -117,6 +117,11 @@ type UpdateStrategy struct {
 	// updateNotReady, when true, lets an upgrade proceed although pods of the running version are not
 	// Ready, e.g. to replace a broken version. Unset means false: an upgrade waits for the running
 	// version to be Ready.
+	// It also unblocks a configuration roll stuck behind a pod that is not Ready on the old template
+	// (the StatefulSet controller waits for such a pod for ever, kubernetes/kubernetes#67250): the
+	// operator deletes one such pod at a time (not Ready, on a revision other than the update revision,
+	// created before it), the highest ordinal first, so that the StatefulSet recreates it from the new
+	// template; each deletion is a Warning Event StuckPodRecreated.
 	// +optional
 	UpdateNotReady bool `json:"updateNotReady,omitempty"`
 
