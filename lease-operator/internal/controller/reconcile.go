@@ -177,6 +177,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	if err := r.endSwitchover(ctx, s); err != nil {
 		return err
 	}
+	if err := r.reconcileServices(ctx, s.lock); err != nil {
+		return err
+	}
 	r.schedule(s)
 	return nil
 }
@@ -443,6 +446,9 @@ func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName
 		errs = append(errs, r.removeRole(ctx, &pods.Items[i], nil))
 	}
 	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := r.deleteGoneServices(ctx, key); err != nil {
 		return err
 	}
 	var leases coordinationv1.LeaseList
