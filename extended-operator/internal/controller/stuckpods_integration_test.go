@@ -35,12 +35,7 @@ const holdFinalizer = "test.statefulops/hold"
 func TestUpdateNotReadyRecreatesAStuckPod(t *testing.T) {
 	startOperator(t, nil)
 	f := newFixture(t)
-	require.NoError(t, suite.Client.Create(t.Context(), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "conf", Namespace: f.ns}, Data: map[string]string{"k": "0"}}))
-	ests := f.newESTS(3, "app:1")
-	ests.Spec.Template.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{
-		ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
-	f.create(ests)
+	f.create(f.confESTS(3, "0"))
 	sts := f.waitSTS(1, func(*assert.CollectT, *appsv1.StatefulSet) {}, "version 1")
 	f.revision(sts, "r1")
 	f.stsPod(sts, 0, "r1", true)
@@ -92,6 +87,18 @@ func TestUpdateNotReadyRecreatesAStuckPod(t *testing.T) {
 	f.rollStatus(sts.Name, "r1", "r2", 1)
 	testsupport.NeverWithin(t, 2*time.Second, 50*time.Millisecond, anyTerminating,
 		"a Ready pod, or a pod on the update revision, deleted")
+}
+
+// confESTS creates ConfigMap "conf" with k=value and returns an ExtendedStatefulSet of replicas pods of
+// app:1 whose container takes its environment from it.
+func (f *fixture) confESTS(replicas int32, value string) *extendedv1alpha1.ExtendedStatefulSet {
+	f.t.Helper()
+	require.NoError(f.t, suite.Client.Create(f.t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "conf", Namespace: f.ns}, Data: map[string]string{"k": value}}))
+	ests := f.newESTS(replicas, "app:1")
+	ests.Spec.Template.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{
+		ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
+	return ests
 }
 
 // revision creates the StatefulSet's ControllerRevision of that name, as the StatefulSet controller

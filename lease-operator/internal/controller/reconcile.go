@@ -457,7 +457,7 @@ func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName
 	}
 	for i := range leases.Items {
 		lease := &leases.Items[i]
-		if owner := metav1.GetControllerOf(lease); owner == nil || owner.Kind != "StatefulSetLock" || owner.Name != key.Name {
+		if !controlledByLockNamed(lease, key.Name) {
 			continue
 		}
 		err := r.Client.Delete(ctx, lease, client.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion})

@@ -149,7 +149,7 @@ func (r *Reconciler) deleteGoneServices(ctx context.Context, key types.Namespace
 	}
 	for i := range svcs.Items {
 		svc := &svcs.Items[i]
-		if owner := metav1.GetControllerOf(svc); owner == nil || owner.Kind != "StatefulSetLock" || owner.Name != key.Name {
+		if !controlledByLockNamed(svc, key.Name) {
 			continue
 		}
 		if err := r.deleteService(ctx, svc); err != nil {
@@ -157,4 +157,11 @@ func (r *Reconciler) deleteGoneServices(ctx context.Context, key types.Namespace
 		}
 	}
 	return nil
+}
+
+// controlledByLockNamed reports whether a StatefulSetLock of that name is the object's controller (a
+// lock that no longer exists: its UID is not known any more).
+func controlledByLockNamed(obj metav1.Object, name string) bool {
+	owner := metav1.GetControllerOf(obj)
+	return owner != nil && owner.Kind == "StatefulSetLock" && owner.Name == name
 }
