@@ -202,6 +202,17 @@ spec:
 				createTry("create a RoleBinding of singleton-operator-pull-secret-reader to itself where no StatefulSingleton is", "Secret read in a namespace it has no business in",
 					"/apis/rbac.authorization.k8s.io/v1/namespaces/"+id.namespace+"/rolebindings", pullReader(id.namespace, id.namespace, id.serviceAccount)))
 		}
+		if id.name == "extended-operator" {
+			// It deletes pods of its versions' StatefulSets (canary retries, updateNotReady's stuck pods):
+			// never in kube-system, never another pod (extended-operator-owned-writes).
+			id.attempts = append(id.attempts,
+				attempt("delete a kube-system pod", "take a control-plane component down", func(ctx context.Context, c kubernetes.Interface) error {
+					return c.CoreV1().Pods("kube-system").Delete(ctx, probe, dryDelete)
+				}),
+				attempt("delete a bare pod", "take down a pod nothing recreates", func(ctx context.Context, c kubernetes.Interface) error {
+					return c.CoreV1().Pods(ns).Delete(ctx, pod.Name, dryDelete)
+				}))
+		}
 		if id.name == "singleton-operator" {
 			// It releases, adopts and deletes the pods it holds: never in kube-system, never another
 			// label (singleton-operator-pod-writes).

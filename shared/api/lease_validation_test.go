@@ -102,11 +102,20 @@ func lockBadInputs() []badInput {
 		{"statefulSetName of 64 characters", "{statefulSetName: " + strings.Repeat("s", 64) + ", leaseName: db-lease, leaseDurationSeconds: 30}", []string{"spec.statefulSetName", "may not be more than 63"}},
 		{"metadata.name of 64 characters", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30}", []string{"metadata.name must be at most 63 characters"}},
 		{"failoverDelaySeconds above 3600", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, failoverDelaySeconds: 3601}", []string{"spec.failoverDelaySeconds"}},
+		{"services without ports", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: []}}", []string{"spec.services.ports"}},
+		{"services port 0", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{port: 0}]}}", []string{"spec.services.ports[0].port"}},
+		{"services targetPort above 65535", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{port: 5432, targetPort: 65536}]}}", []string{"spec.services.ports[0].targetPort"}},
+		{"services ports without names", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{port: 5432}, {port: 80}]}}", []string{"with more than one port, every port needs a name"}},
+		{"services port names not unique", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{name: pg, port: 5432}, {name: pg, port: 80}]}}", []string{"port names must be unique"}},
+		{"services ports duplicate", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{name: a, port: 5432}, {name: b, port: 5432}]}}", []string{"spec.services.ports[1]", "Duplicate value"}},
+		{"metadata.name with a dot and services", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{port: 5432}]}}", []string{"with spec.services, metadata.name must be a DNS label"}},
 	}
 	out := make([]badInput, 0, len(tests))
 	for _, tt := range tests {
 		name := "ssl-invalid"
-		if strings.HasPrefix(tt.name, "metadata.name") {
+		if strings.HasPrefix(tt.name, "metadata.name with a dot") {
+			name = "ssl.invalid"
+		} else if strings.HasPrefix(tt.name, "metadata.name") {
 			name = strings.Repeat("l", 64)
 		}
 		out = append(out, badInput{Case: tt.name, Input: tt.spec, Doc: "apiVersion: app.anukkrit.me/v1\nkind: StatefulSetLock\nmetadata: {name: " + name + "}\nspec: " + tt.spec + "\n", Want: tt.want})
@@ -116,6 +125,22 @@ func lockBadInputs() []badInput {
 
 func TestStatefulSetLockRejectsInvalid(t *testing.T) {
 	runBadInputs(t, lockBadInputs())
+}
+
+// spec.services (SL-11) is accepted with one unnamed port, or named ports, and reads back as applied;
+// a lock with Services may have a name of 60 characters (its Services' names are 63).
+func TestStatefulSetLockServices(t *testing.T) {
+	got := readBack(t, mustApply(t, `
+apiVersion: app.anukkrit.me/v1
+kind: StatefulSetLock
+metadata: {name: ssl-services}
+spec: {statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{name: pg, port: 5432}, {name: metrics, port: 80, targetPort: 9187}]}}
+`))
+	ports, ok := field(t, got, "spec.services.ports").([]any)
+	require.True(t, ok)
+	require.Len(t, ports, 2)
+	require.EqualValues(t, 9187, ports[1].(map[string]any)["targetPort"])
+	mustApply(t, "apiVersion: app.anukkrit.me/v1\nkind: StatefulSetLock\nmetadata: {name: s"+strings.Repeat("l", 59)+"}\nspec: {statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{port: 5432}]}}\n")
 }
 
 // A lock name of 63 characters, the longest label value, is accepted.

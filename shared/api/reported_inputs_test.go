@@ -163,12 +163,12 @@ var lockReported = []reportedInput{
 		Tests:     []string{leasePkg + "TestWaitingStatesHaveEvents", leasePkg + "TestStatefulSetMissing"},
 	},
 	{
-		Case:      "a second lock on a StatefulSet an older lock manages (the younger one leaves the pods alone)",
+		Case:      "a second lock on a StatefulSet an older lock manages (the younger one writes nothing, and takes over once the older one is deleted)",
 		Condition: "Stalled=True/StatefulSetConflict, Ready=False",
 		Event:     "Warning StatefulSetConflict",
 		Kstatus:   "Failed",
 		Reason:    "ReasonStatefulSetConflict",
-		Tests:     []string{leasePkg + "TestConflictAndErrorStatesHaveEvents"},
+		Tests:     []string{leasePkg + "TestConflictAndErrorStatesHaveEvents", leasePkg + "TestSecondLockOnAStatefulSetIsStalledUntilTheFirstGoes"},
 	},
 	{
 		Case:      "leaseName naming a Lease this lock does not own",

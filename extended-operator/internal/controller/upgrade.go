@@ -210,6 +210,11 @@ func (r *Reconciler) reconcileZone(ctx context.Context, s *scope, zs *zoneScope,
 			return err
 		}
 	}
+	for _, v := range zs.versions {
+		if err := r.recreateStuckPod(ctx, ests, zs, v); err != nil {
+			return err
+		}
+	}
 	if !g.roll {
 		holdConfig(zs, wantCfg)
 		return nil
@@ -479,8 +484,8 @@ func (r *Reconciler) markStaleKeeping(ctx context.Context, ests *extendedv1alpha
 	return nil
 }
 
-// restartNotReadyPods deletes the version's pods that are not Ready; its StatefulSet recreates them.
-func (r *Reconciler) restartNotReadyPods(ctx context.Context, v *version) error {
+// versionPods lists the pods of a version, read live (pods are not cached).
+func (r *Reconciler) versionPods(ctx context.Context, v *version) ([]corev1.Pod, error) {
 	var pods corev1.PodList
 	sel := client.MatchingLabels{extendedv1alpha1.NameLabel: v.sts.Labels[extendedv1alpha1.NameLabel],
 		extendedv1alpha1.VersionLabel: strconv.Itoa(v.number)}
@@ -488,10 +493,19 @@ func (r *Reconciler) restartNotReadyPods(ctx context.Context, v *version) error 
 		sel[extendedv1alpha1.ZoneLabel] = zone // version numbers repeat across zones
 	}
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(v.sts.Namespace), sel); err != nil {
-		return fmt.Errorf("listing the pods of version %d: %w", v.number, err)
+		return nil, fmt.Errorf("listing the pods of version %d: %w", v.number, err)
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	return pods.Items, nil
+}
+
+// restartNotReadyPods deletes the version's pods that are not Ready; its StatefulSet recreates them.
+func (r *Reconciler) restartNotReadyPods(ctx context.Context, v *version) error {
+	pods, err := r.versionPods(ctx, v)
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		p := &pods[i]
 		if !p.DeletionTimestamp.IsZero() || opsutil.PodReady(p) {
 			continue
 		}

@@ -60,11 +60,7 @@ func TestWaitingStatesHaveEvents(t *testing.T) {
 func TestMissingReferenceDuringUpgradeHasAnEvent(t *testing.T) {
 	startOperator(t, nil)
 	f := newFixture(t)
-	require.NoError(t, suite.Client.Create(t.Context(), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "conf", Namespace: f.ns}, Data: map[string]string{"k": "v"}}))
-	ests := f.newESTS(3, "app:1")
-	ests.Spec.Template.Spec.Template.Spec.Containers[0].EnvFrom = []corev1.EnvFromSource{{
-		ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
+	ests := f.confESTS(3, "v")
 	f.startV1(ests)
 	f.setImage("app:2")
 	f.waitCondition(extendedv1alpha1.ConditionReady, metav1.ConditionFalse, extendedv1alpha1.ReasonCanaryRollout)

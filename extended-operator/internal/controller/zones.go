@@ -116,9 +116,10 @@ func debounceKey(ests *extendedv1alpha1.ExtendedStatefulSet, z zone) types.Names
 	return key
 }
 
-// applyZone makes a StatefulSet one of the zone's: zone labels (on it, its selector and its pods), a
-// required node affinity to the zone (added to every term the template has: terms are ORed), and
-// KUBE_AZ and AZ_INDEX in every container and init container (replacing the template's own, if any).
+// applyZone makes a StatefulSet one of the zone's: zone labels (on it, its selector and its pods, and
+// quarks' names of them on it and its pods), a required node affinity to the zone (added to every term
+// the template has: terms are ORed), and KUBE_AZ, AZ_INDEX, BOSH_AZ and CF_OPERATOR_AZ in every container
+// and init container (replacing the template's own, if any).
 func applyZone(sts *appsv1.StatefulSet, z zone) {
 	if !z.zoned() {
 		return
@@ -127,6 +128,9 @@ func applyZone(sts *appsv1.StatefulSet, z zone) {
 	sts.Labels = mergeMaps(sts.Labels, own)
 	sts.Spec.Selector.MatchLabels = mergeMaps(sts.Spec.Selector.MatchLabels, own)
 	sts.Spec.Template.Labels = mergeMaps(sts.Spec.Template.Labels, own)
+	quarks := map[string]string{extendedv1alpha1.QuarksZoneLabel: z.name, extendedv1alpha1.QuarksZoneIndexLabel: strconv.Itoa(z.index - 1)}
+	sts.Labels = mergeMaps(sts.Labels, quarks)
+	sts.Spec.Template.Labels = mergeMaps(sts.Spec.Template.Labels, quarks)
 
 	pod := &sts.Spec.Template.Spec
 	req := corev1.NodeSelectorRequirement{Key: z.nodeLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{z.name}}
@@ -151,11 +155,13 @@ func applyZone(sts *appsv1.StatefulSet, z zone) {
 	env := []corev1.EnvVar{
 		{Name: extendedv1alpha1.ZoneEnvName, Value: z.name},
 		{Name: extendedv1alpha1.ZoneIndexEnvName, Value: strconv.Itoa(z.index)},
+		{Name: extendedv1alpha1.BoshZoneEnvName, Value: z.name},
+		{Name: extendedv1alpha1.CFOperatorZoneEnvName, Value: z.name},
 	}
 	for _, cs := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
 		for i := range cs {
 			cs[i].Env = append(slices.DeleteFunc(cs[i].Env, func(e corev1.EnvVar) bool {
-				return e.Name == extendedv1alpha1.ZoneEnvName || e.Name == extendedv1alpha1.ZoneIndexEnvName
+				return slices.ContainsFunc(env, func(ours corev1.EnvVar) bool { return ours.Name == e.Name })
 			}), env...)
 		}
 	}

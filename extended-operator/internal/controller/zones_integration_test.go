@@ -82,13 +82,17 @@ func (f *fixture) setZStatus(zoneIndex, version int, ready int32) {
 
 // TestZoneStatefulSets checks one StatefulSet per zone: names, replicas spread over the zones (a total),
 // required node affinity, zone labels (selector and pods), KUBE_AZ and AZ_INDEX in every container, and
-// the per-zone status.
+// the per-zone status. ES-10: the pods also carry quarks' names of the same facts (labels
+// quarks.cloudfoundry.org/az-name and az-index, 0-based as quarks; BOSH_AZ and CF_OPERATOR_AZ), which
+// replace the template's own variables of those names. ES-10: the pods also carry quarks' names of the same facts (labels
+// quarks.cloudfoundry.org/az-name and az-index, 0-based as quarks; BOSH_AZ and CF_OPERATOR_AZ), which
+// replace the template's own variables of those names.
 func TestZoneStatefulSets(t *testing.T) {
 	startOperator(t, nil)
 	f := newFixture(t)
 	ests := f.zoned(4, "app:1", "a", "b", "c")
 	pod := &ests.Spec.Template.Spec.Template.Spec
-	pod.InitContainers = []corev1.Container{{Name: "init", Image: "init:1", Env: []corev1.EnvVar{{Name: "AZ_INDEX", Value: "user"}}}}
+	pod.InitContainers = []corev1.Container{{Name: "init", Image: "init:1", Env: []corev1.EnvVar{{Name: "AZ_INDEX", Value: "user"}, {Name: "BOSH_AZ", Value: "user"}}}}
 	pod.Containers = append(pod.Containers, corev1.Container{Name: "side", Image: "side:1"})
 	// A template affinity of its own: the zone is added to each of its terms.
 	pod.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
@@ -106,14 +110,17 @@ func TestZoneStatefulSets(t *testing.T) {
 		wantLabels := map[string]string{"app": "web", extendedv1alpha1.NameLabel: "web", extendedv1alpha1.VersionLabel: "1",
 			extendedv1alpha1.ZoneLabel: name, extendedv1alpha1.ZoneIndexLabel: idx}
 		assert.Equal(t, wantLabels, sts.Spec.Selector.MatchLabels)
-		assert.Equal(t, wantLabels, sts.Spec.Template.Labels)
+		quarks := map[string]string{"quarks.cloudfoundry.org/az-name": name, "quarks.cloudfoundry.org/az-index": strconv.Itoa(i)}
+		assert.Equal(t, mergeMaps(wantLabels, quarks), sts.Spec.Template.Labels)
+		assert.Subset(t, sts.Labels, quarks)
 		terms := sts.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 		require.Len(t, terms, 1)
 		assert.Equal(t, []corev1.NodeSelectorRequirement{
 			{Key: "disk", Operator: corev1.NodeSelectorOpIn, Values: []string{"ssd"}},
 			{Key: extendedv1alpha1.DefaultZoneNodeLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{name}},
 		}, terms[0].MatchExpressions)
-		wantEnv := []corev1.EnvVar{{Name: "KUBE_AZ", Value: name}, {Name: "AZ_INDEX", Value: idx}}
+		wantEnv := []corev1.EnvVar{{Name: "KUBE_AZ", Value: name}, {Name: "AZ_INDEX", Value: idx},
+			{Name: "BOSH_AZ", Value: name}, {Name: "CF_OPERATOR_AZ", Value: name}}
 		for _, c := range append(sts.Spec.Template.Spec.InitContainers, sts.Spec.Template.Spec.Containers...) {
 			assert.Equal(t, wantEnv, c.Env, "container %s of zone %s", c.Name, name)
 		}

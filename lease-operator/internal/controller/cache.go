@@ -16,7 +16,7 @@ import (
 //
 // The controller reads StatefulSetLocks, pods, nodes, its Leases and StatefulSets from the manager's
 // cache, scoped so that memory does not grow with unrelated objects: pods carrying the label every
-// StatefulSet pod has (statefulset.kubernetes.io/pod-name), Leases labelled by a lock, nodes and pods
+// StatefulSet pod has (statefulset.kubernetes.io/pod-name), Leases and Services labelled by a lock, nodes and pods
 // stripped to the fields the election reads (opsutil.SlimNode, opsutil.SlimPod), and StatefulSets as
 // metadata only (the operator needs to know that one exists, not its body). The Lease a write depends on
 // is read from the API server (getLease): its resourceVersion is the write's precondition.
@@ -27,6 +27,7 @@ func CacheOptions(o *cache.Options) {
 	opsutil.ScopeCache(o, map[client.Object]cache.ByObject{
 		&corev1.Pod{}:           {Label: opsutil.HasLabel(appsv1.StatefulSetPodNameLabel), Transform: opsutil.SlimPod},
 		&coordinationv1.Lease{}: {Label: opsutil.HasLabel(leasev1.LockLabel)},
+		&corev1.Service{}:       {Label: opsutil.HasLabel(leasev1.LockLabel)},
 		&corev1.Node{}:          {Transform: opsutil.SlimNode},
 		statefulSetMeta(""):     {},
 	})

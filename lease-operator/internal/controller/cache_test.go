@@ -14,8 +14,8 @@ import (
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
 
-// The cache holds the pods of StatefulSets and the locks' Leases only, slim pods and nodes, and
-// StatefulSets as metadata.
+// The cache holds the pods of StatefulSets and the locks' Leases and Services only, slim pods and
+// nodes, and StatefulSets as metadata.
 func TestCacheOptionsScopeEachKind(t *testing.T) {
 	var o cache.Options
 	CacheOptions(&o)
@@ -27,8 +27,8 @@ func TestCacheOptionsScopeEachKind(t *testing.T) {
 		}
 		by[fmt.Sprintf("%T", obj)] = b
 	}
-	require.Len(t, by, 4)
-	pods, leases, nodes := by["*v1.Pod"], by["*v1.Lease"], by["*v1.Node"]
+	require.Len(t, by, 5)
+	pods, leases, nodes, services := by["*v1.Pod"], by["*v1.Lease"], by["*v1.Node"], by["*v1.Service"]
 	require.NotNil(t, pods.Label)
 	assert.True(t, pods.Label.Matches(labels.Set{appsv1.StatefulSetPodNameLabel: "db-0"}))
 	assert.False(t, pods.Label.Matches(labels.Set{"app": "db"}), "a pod of no StatefulSet is not cached")
@@ -37,5 +37,8 @@ func TestCacheOptionsScopeEachKind(t *testing.T) {
 	assert.True(t, leases.Label.Matches(labels.Set{leasev1.LockLabel: "lock"}))
 	assert.False(t, leases.Label.Matches(labels.Set{}), "a Lease of no lock is not cached")
 	assert.NotNil(t, nodes.Transform)
+	require.NotNil(t, services.Label)
+	assert.True(t, services.Label.Matches(labels.Set{leasev1.LockLabel: "lock"}))
+	assert.False(t, services.Label.Matches(labels.Set{"app": "db"}), "a Service of no lock is not cached")
 	assert.Contains(t, by, "metadata StatefulSet")
 }

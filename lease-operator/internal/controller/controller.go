@@ -31,6 +31,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -109,7 +110,14 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		// Someone else's change of a Lease, or its deletion, is news; the operator's own writes are not.
 		WatchesRawSource(source.Kind(cached, &coordinationv1.Lease{}, r.leaseHandler(), opsutil.IgnoreOwnWrites[*coordinationv1.Lease](r.writes))).
 		WatchesRawSource(source.Kind(cached, statefulSetMeta(""), r.statefulSetHandler(), statefulSetPredicate())).
+		// A change or deletion of a lock's Service by someone else puts it back (spec.services).
+		WatchesRawSource(source.Kind(cached, &corev1.Service{}, handler.TypedEnqueueRequestForOwner[*corev1.Service](
+			mgr.GetScheme(), mgr.GetRESTMapper(), &leasev1.StatefulSetLock{}, handler.OnlyControllerOwner()),
+			opsutil.IgnoreOwnWrites[*corev1.Service](r.writes))).
 		WatchesRawSource(source.Kind(cached, &corev1.Node{}, r.nodeHandler(), r.nodePredicate())).
+		// A lock's deletion wakes the younger locks naming its StatefulSet (StatefulSetConflict): the
+		// next in line takes over at once, not at its next retry.
+		WatchesRawSource(source.Kind(cached, &leasev1.StatefulSetLock{}, r.siblingHandler(), lockDeleted())).
 		Complete(r)
 }
 

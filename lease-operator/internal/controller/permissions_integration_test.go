@@ -97,7 +97,49 @@ func TestShippedPermissionsLetTheOperatorWriteOnlyItsLeases(t *testing.T) {
 		return c.Update(ctx, l, client.DryRunAll)
 	}
 
+	lockService := func(namespace, name string, lock *leasev1.StatefulSetLock, mutate ...func(*corev1.Service)) *corev1.Service {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{leasev1.LockLabel: "db", leasev1.RoleLabel: leasev1.RoleWriter},
+				Ports: []corev1.ServicePort{{Port: 5432}}},
+		}
+		if lock != nil {
+			owner := foreignLease(namespace, name, lock)
+			svc.Labels, svc.OwnerReferences = owner.Labels, owner.OwnerReferences
+		}
+		for _, m := range mutate {
+			m(svc)
+		}
+		return svc
+	}
+	createService := func(svc *corev1.Service) func(client.Client) error {
+		return func(c client.Client) error { return c.Create(ctx, svc.DeepCopy(), client.DryRunAll) }
+	}
+	ownedSvc := lockService(ns, "db-rw", lock)
+	require.NoError(t, suite.Client.Create(ctx, ownedSvc))
+	otherSvc := lockService(ns, "someone-elses", nil, func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} })
+	require.NoError(t, suite.Client.Create(ctx, otherSvc))
+	// The service-writes policy is enforced a moment after lease-writes, maybe.
+	require.Eventually(t, func() bool {
+		err := createService(lockService("kube-system", "policy-probe", lock))(as)
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
+	}, testsupport.PolicyWait, 200*time.Millisecond, "the service-writes policy is never enforced")
+	updateService := func(svc *corev1.Service, mutate func(*corev1.Service)) func(client.Client) error {
+		return func(c client.Client) error {
+			got := &corev1.Service{}
+			require.NoError(t, suite.Client.Get(ctx, client.ObjectKeyFromObject(svc), got))
+			mutate(got)
+			return c.Update(ctx, got, client.DryRunAll)
+		}
+	}
+
 	allowed := map[string]func(client.Client) error{
+		"create a lock's writer Service": createService(lockService(ns, "db-rw-2", lock)),
+		"create a lock's reader Service": createService(lockService(ns, "db-ro", lock, func(s *corev1.Service) {
+			s.Spec.Selector[leasev1.RoleLabel] = leasev1.RoleReader
+		})),
+		"change a lock's Service's ports": updateService(ownedSvc, func(s *corev1.Service) { s.Spec.Ports[0].Port = 5433 }),
+		"delete a lock's Service":         func(c client.Client) error { return c.Delete(ctx, ownedSvc.DeepCopy(), client.DryRunAll) },
 		"create its leader-election Lease": func(c client.Client) error {
 			return c.Create(ctx, foreignLease(operatorNamespace, "lease-operator.app.anukkrit.me", nil), client.DryRunAll)
 		},
@@ -134,7 +176,23 @@ func TestShippedPermissionsLetTheOperatorWriteOnlyItsLeases(t *testing.T) {
 		"change a pod's image": func(c client.Client) error {
 			return patchPod(c, `{"spec":{"containers":[{"name":"db","image":"evil.example/miner:1"}]}}`)
 		},
-		"add a finalizer to a pod": func(c client.Client) error { return patchPod(c, `{"metadata":{"finalizers":["evil.example/hold"]}}`) },
+		"add a finalizer to a pod":                      func(c client.Client) error { return patchPod(c, `{"metadata":{"finalizers":["evil.example/hold"]}}`) },
+		"create a kube-system Service that looks owned": createService(lockService("kube-system", "db-rw", lock)),
+		"create an unlabelled Service":                  createService(lockService(ns, "unowned", nil)),
+		"create a lock's Service selecting another app's pods": createService(lockService(ns, "db-steal", lock, func(s *corev1.Service) {
+			s.Spec.Selector = map[string]string{"app": "web"}
+		})),
+		"create a lock's Service with externalIPs (CVE-2020-8554)": createService(lockService(ns, "db-ext", lock, func(s *corev1.Service) {
+			s.Spec.ExternalIPs = []string{"203.0.113.7"}
+		})),
+		"create a lock's LoadBalancer Service": createService(lockService(ns, "db-lb", lock, func(s *corev1.Service) {
+			s.Spec.Type = corev1.ServiceTypeLoadBalancer
+		})),
+		"take a Service over by labelling it": updateService(otherSvc, func(s *corev1.Service) {
+			s.Labels, s.OwnerReferences = ownedSvc.Labels, ownedSvc.OwnerReferences
+		}),
+		"retarget a lock's Service at another app": updateService(ownedSvc, func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} }),
+		"delete an unlabelled Service":             func(c client.Client) error { return c.Delete(ctx, otherSvc.DeepCopy(), client.DryRunAll) },
 	}
 	refused := 0
 	for name, write := range escalations {
@@ -147,7 +205,8 @@ func TestShippedPermissionsLetTheOperatorWriteOnlyItsLeases(t *testing.T) {
 	t.Logf("lease-operator escalation attempts: %d, allowed: %d", len(escalations), len(escalations)-refused)
 
 	// The policies bind only the operator: the cluster admin's identical writes pass.
-	for _, name := range []string{"create a kube-system Lease (kube-controller-manager's election)", "create an unlabelled Lease", "take a Lease over by labelling it", "change a pod's image"} {
+	for _, name := range []string{"create a kube-system Lease (kube-controller-manager's election)", "create an unlabelled Lease", "take a Lease over by labelling it", "change a pod's image",
+		"create a lock's Service with externalIPs (CVE-2020-8554)", "delete an unlabelled Service"} {
 		assert.NoError(t, escalations[name](suite.Client), "another user's %s must still be admitted", name)
 	}
 }

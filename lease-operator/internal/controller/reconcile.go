@@ -177,6 +177,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	if err := r.endSwitchover(ctx, s); err != nil {
 		return err
 	}
+	if err := r.reconcileServices(ctx, s.lock); err != nil {
+		return err
+	}
 	r.schedule(s)
 	return nil
 }
@@ -445,13 +448,16 @@ func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	if err := r.deleteGoneServices(ctx, key); err != nil {
+		return err
+	}
 	var leases coordinationv1.LeaseList
 	if err := r.APIReader.List(ctx, &leases, client.InNamespace(key.Namespace), client.MatchingLabels{leasev1.LockLabel: key.Name}); err != nil {
 		return fmt.Errorf("listing the Leases of deleted StatefulSetLock %s: %w", key.Name, err)
 	}
 	for i := range leases.Items {
 		lease := &leases.Items[i]
-		if owner := metav1.GetControllerOf(lease); owner == nil || owner.Kind != "StatefulSetLock" || owner.Name != key.Name {
+		if !controlledByLockNamed(lease, key.Name) {
 			continue
 		}
 		err := r.Client.Delete(ctx, lease, client.Preconditions{UID: &lease.UID, ResourceVersion: &lease.ResourceVersion})
@@ -534,14 +540,14 @@ func (r *Reconciler) clearSwitchover(ctx context.Context, lock *leasev1.Stateful
 }
 
 // olderLock returns the name of another StatefulSetLock that names the same StatefulSet and was
-// created first (ties broken by name): only that one manages the pods.
+// created first (ties broken by name) and is not being deleted: only that one manages the pods.
 func (r *Reconciler) olderLock(ctx context.Context, lock *leasev1.StatefulSetLock) (string, error) {
 	var locks leasev1.StatefulSetLockList
 	if err := r.Cache.List(ctx, &locks, client.InNamespace(lock.Namespace), client.MatchingFields{indexLockStatefulSet: lock.Spec.StatefulSetName}); err != nil {
 		return "", fmt.Errorf("listing StatefulSetLocks: %w", err)
 	}
 	for _, other := range locks.Items {
-		if other.UID == lock.UID {
+		if other.UID == lock.UID || !other.DeletionTimestamp.IsZero() {
 			continue
 		}
 		if other.CreationTimestamp.Before(&lock.CreationTimestamp) ||

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +39,27 @@ func (r *Reconciler) forgetDeleted() predicate.Predicate {
 		}
 		return true
 	}}
+}
+
+// lockDeleted lets through only the deletion of a lock (and the start of it: a lock held by another
+// finalizer while the garbage collector runs still manages nothing new).
+func lockDeleted() predicate.TypedPredicate[*leasev1.StatefulSetLock] {
+	return predicate.TypedFuncs[*leasev1.StatefulSetLock]{
+		CreateFunc:  func(event.TypedCreateEvent[*leasev1.StatefulSetLock]) bool { return false },
+		GenericFunc: func(event.TypedGenericEvent[*leasev1.StatefulSetLock]) bool { return false },
+		UpdateFunc: func(e event.TypedUpdateEvent[*leasev1.StatefulSetLock]) bool {
+			return e.ObjectOld.DeletionTimestamp.IsZero() && !e.ObjectNew.DeletionTimestamp.IsZero()
+		},
+	}
+}
+
+// siblingHandler maps a lock to the other locks naming the same StatefulSet: the ones waiting in
+// StatefulSetConflict behind it.
+func (r *Reconciler) siblingHandler() handler.TypedEventHandler[*leasev1.StatefulSetLock, reconcile.Request] {
+	return handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, lock *leasev1.StatefulSetLock) []reconcile.Request {
+		reqs := r.locksNaming(ctx, lock.Namespace, indexLockStatefulSet, lock.Spec.StatefulSetName)
+		return slices.DeleteFunc(reqs, func(req reconcile.Request) bool { return req.Name == lock.Name })
+	})
 }
 
 // podChanged lets through what can change the election or the labels: readiness, deletion, node, role

@@ -66,6 +66,9 @@ const (
 	EventVersionDeleted = "VersionDeleted"
 	// EventConfigRestart: referenced configuration data changed; the pods roll.
 	EventConfigRestart = "ConfigRestart"
+	// EventStuckPodRecreated (Warning): with updateNotReady, a pod stuck not Ready on an outdated
+	// revision was deleted so that its StatefulSet recreates it from the update revision.
+	EventStuckPodRecreated = "StuckPodRecreated"
 	// EventReplicasRestored: a child StatefulSet's replicas were edited and put back.
 	EventReplicasRestored = "ReplicasRestored"
 	// EventRolledOut: a version's pods are all Ready; it is the current version.
@@ -132,6 +135,21 @@ const (
 	ZoneIndexEnvName = "AZ_INDEX"
 	// DefaultZoneNodeLabel is the node label naming a node's zone when spec.az.nodeLabel is unset.
 	DefaultZoneNodeLabel = "topology.kubernetes.io/zone"
+)
+
+// The quarks names of the same zone facts, set beside ours on the StatefulSets and pods of a zone so that
+// workloads and selectors written for quarks-statefulset find them unchanged (ES-10). Not in selectors:
+// they add nothing to what ZoneLabel and ZoneIndexLabel already select.
+const (
+	// QuarksZoneLabel is quarks' label with the zone's name.
+	QuarksZoneLabel = "quarks.cloudfoundry.org/az-name"
+	// QuarksZoneIndexLabel is quarks' label with the zone's index, 0-based as quarks set it (the first
+	// zone of spec.az.zones is "0"; AZ_INDEX and ZoneIndexLabel are 1-based, as in quarks too).
+	QuarksZoneIndexLabel = "quarks.cloudfoundry.org/az-index"
+	// BoshZoneEnvName and CFOperatorZoneEnvName are quarks' other environment variables naming the zone,
+	// set beside KUBE_AZ with the same value.
+	BoshZoneEnvName       = "BOSH_AZ"
+	CFOperatorZoneEnvName = "CF_OPERATOR_AZ"
 )
 
 // Event reasons of zones.

@@ -117,6 +117,11 @@ type UpdateStrategy struct {
 	// updateNotReady, when true, lets an upgrade proceed although pods of the running version are not
 	// Ready, e.g. to replace a broken version. Unset means false: an upgrade waits for the running
 	// version to be Ready.
+	// It also unblocks a configuration roll stuck behind a pod that is not Ready on the old template
+	// (the StatefulSet controller waits for such a pod for ever, kubernetes/kubernetes#67250): the
+	// operator deletes one such pod at a time (not Ready, on a revision other than the update revision,
+	// created before it), the highest ordinal first, so that the StatefulSet recreates it from the new
+	// template; each deletion is a Warning Event StuckPodRecreated.
 	// +optional
 	UpdateNotReady bool `json:"updateNotReady,omitempty"`
 
@@ -183,7 +188,9 @@ type TemplateMetadata struct {
 // AvailabilityZones places pods in availability zones. Each zone gets its own StatefulSet with a required
 // node affinity to the zone, labels naming the zone and its index on the pods, and environment variables
 // KUBE_AZ (zone name) and AZ_INDEX (1-based zone index, as in quarks) in every container and init
-// container.
+// container. Quarks' names are set beside them, so workloads migrated from quarks-statefulset find them:
+// labels quarks.cloudfoundry.org/az-name and quarks.cloudfoundry.org/az-index (0-based, as quarks set it)
+// on the pods, and BOSH_AZ and CF_OPERATOR_AZ (the zone name) in every container.
 //
 // spec.template.spec.replicas is the total across zones, spread as evenly as possible (zone i of n gets
 // replicas/n, plus one for the first replicas%n zones), so scaling.min/max/oddOnly keep constraining the

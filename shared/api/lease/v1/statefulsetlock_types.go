@@ -45,6 +45,47 @@ type StatefulSetLockSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=3600
 	FailoverDelaySeconds int32 `json:"failoverDelaySeconds,omitempty"`
+
+	// services, when set, has the operator create two ClusterIP Services it owns, in the lock's
+	// namespace: <lock>-rw selecting the writer (labels app.anukkrit.me/statefulsetlock=<lock>,
+	// sts-role=writer) and <lock>-ro selecting the readers (sts-role=reader), so that a client connects
+	// to the writer without a selector of its own, and routing moves with the writer label. They are
+	// deleted with the lock, or when this field is removed. Unset: no Services (the default).
+	// +optional
+	Services *LockServices `json:"services,omitempty"`
+}
+
+// LockServices are the ports of the writer and reader Services of a lock.
+// +kubebuilder:validation:XValidation:rule="size(self.ports) == 1 || self.ports.all(p, has(p.name))",message="with more than one port, every port needs a name"
+// +kubebuilder:validation:XValidation:rule="self.ports.all(p, !has(p.name) || self.ports.exists_one(q, has(q.name) && q.name == p.name))",message="port names must be unique"
+type LockServices struct {
+	// ports are the ports both Services expose, each forwarded to targetPort of the pods.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=port
+	Ports []LockServicePort `json:"ports"`
+}
+
+// LockServicePort is one port of the writer and reader Services.
+type LockServicePort struct {
+	// name is the port's name (an IANA service name: lowercase letters, digits and dashes, at most 15
+	// characters); required when there is more than one port.
+	// +optional
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name,omitempty"`
+	// port is the Services' port.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+	// targetPort is the pods' port the Services forward to. Defaults to port.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	TargetPort int32 `json:"targetPort,omitempty"`
 }
 
 // StatefulSetLockStatus is the observed state of a StatefulSetLock, written by the operator.
@@ -103,6 +144,7 @@ type StatefulSetLockStatus struct {
 // +kubebuilder:printcolumn:name="Transitions",type="integer",JSONPath=".status.leaseTransitions",priority=1
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it is the value of the label app.anukkrit.me/statefulsetlock on the lock's Lease"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.services) || (size(self.metadata.name) <= 60 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))",message="with spec.services, metadata.name must be a DNS label of at most 60 characters starting with a letter: the Services are named <name>-rw and <name>-ro"
 type StatefulSetLock struct {
 	metav1.TypeMeta `json:",inline"`
 	// metadata is the standard object metadata.
