@@ -53,6 +53,8 @@ func TestCrashLoopingOldPodKeepsTheNewOneHeld(t *testing.T) {
 	f := activeOldPod(t)
 	f.crashLooping("old", 5)
 	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	// The status write may come after the reconciles that kept "new" held (a loaded CI machine).
+	require.Eventually(t, func() bool { return f.singleton("db").Status.ActivePod == "old" }, wait, tick, "pod old is the active pod")
 	f.neverReleased("new", 2*time.Second)
 	assert.Equal(t, "old", f.singleton("db").Status.ActivePod)
 
