@@ -338,25 +338,49 @@ func iptablesList() []string {
 			list = append(list, fam+": "+err.Error())
 			continue
 		}
-		table := ""
-		for _, line := range strings.Split(out, "\n") {
-			switch {
-			case line == "" || strings.HasPrefix(line, "#") || line == "COMMIT":
-			case strings.HasPrefix(line, "*"):
-				table = line[1:]
-				list = append(list, fam+" "+table)
-			case strings.HasPrefix(line, ":"):
-				// ":CHAIN POLICY [packets:bytes]": drop the counters.
-				if i := strings.LastIndex(line, " ["); i > 0 {
-					line = line[:i]
-				}
-				list = append(list, fam+" "+table+" "+line)
-			default:
-				list = append(list, fam+" "+table+" "+line)
-			}
-		}
+		list = append(list, iptablesLines(fam, out)...)
 	}
 	sort.Strings(list)
+	return list
+}
+
+// iptablesLines turns one family's iptables-save output into snapshot lines: each table, its chains
+// (without counters) and its rules, prefixed with the family and table. A table that holds nothing of
+// anyone's (only built-in chains with policy ACCEPT, no rule) is left out: the kernel creates such a
+// table the first time any program lists it (kube-proxy does) and never removes it, so on a machine
+// where nothing had used iptables yet it would read as a change the node left behind when it is not.
+func iptablesLines(fam, save string) []string {
+	var list, table []string
+	empty := true
+	flush := func() {
+		if !empty {
+			list = append(list, table...)
+		}
+		table, empty = nil, true
+	}
+	name := ""
+	for _, line := range strings.Split(save, "\n") {
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || line == "COMMIT":
+		case strings.HasPrefix(line, "*"):
+			flush()
+			name = line[1:]
+			table = append(table, fam+" "+name)
+		case strings.HasPrefix(line, ":"):
+			// ":CHAIN POLICY [packets:bytes]": drop the counters.
+			if i := strings.LastIndex(line, " ["); i > 0 {
+				line = line[:i]
+			}
+			if !strings.HasSuffix(line, " ACCEPT") {
+				empty = false // a chain of someone's own ("-"), or a built-in one with another policy
+			}
+			table = append(table, fam+" "+name+" "+line)
+		default:
+			empty = false
+			table = append(table, fam+" "+name+" "+line)
+		}
+	}
+	flush()
 	return list
 }
 
