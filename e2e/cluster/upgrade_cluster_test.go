@@ -37,15 +37,10 @@ import (
 // a time), its pods take upgradeReadyDelay to become Ready (slowStart, through a readiness gate) and
 // stay Terminating upgradeTerminatingSeconds when deleted (the kwok pod-delete stage's annotation).
 func TestClusterUpgradeUnderLoad(t *testing.T) {
-	if !framework.NeedRealNode(t) {
+	const operator, name = "cluster-operator", "upgrade"
+	if !framework.PrepareUpgradeTest(t, operator) {
 		return
 	}
-	const operator, name = "cluster-operator", "upgrade"
-	framework.Install(t)
-	_, err := framework.Kubectl().Run(t.Context(), "rollout", "status", "-n", operator+"-system",
-		"deployment/"+operator+"-controller-manager", "--timeout=120s")
-	require.NoError(t, err)
-	framework.RestoreOperatorAfter(t, operator)
 
 	ns := framework.NewNamespace(t)
 	slowStart(t, ns, upgradeReadyDelay)

@@ -35,18 +35,13 @@ import (
 // them differently across versions would roll every pod) and moments at which one volume is used by two
 // live pods (the ordinal-by-ordinal handover across an operator swap). Both must read 0.
 func TestExtendedUpgradeUnderLoad(t *testing.T) {
-	if !framework.NeedRealNode(t) {
+	const operator = "extended-operator"
+	if !framework.PrepareUpgradeTest(t, operator) {
 		return
 	}
-	const operator = "extended-operator"
-	framework.Install(t)
-	_, err := framework.Kubectl().Run(t.Context(), "rollout", "status", "-n", operator+"-system",
-		"deployment/"+operator+"-controller-manager", "--timeout=180s")
-	require.NoError(t, err)
-	framework.RestoreOperatorAfter(t, operator)
 
 	ns := framework.NewNamespace(t)
-	_, err = framework.Clientset.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
+	_, err := framework.Clientset.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "conf"}, Data: map[string]string{"level": "1"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = framework.Clientset.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{

@@ -236,6 +236,21 @@ func UpgradeSteps() []UpgradeStep {
 	}
 }
 
+// PrepareUpgradeTest readies an upgrade test of operator: it reports false (and t has logged why)
+// without the real node, where the images really run; otherwise it installs every manifest, waits
+// until the operator's Deployments have rolled out, and restores the operator when t ends
+// (RestoreOperatorAfter).
+func PrepareUpgradeTest(t *testing.T, operator string) bool {
+	t.Helper()
+	if !NeedRealNode(t) {
+		return false
+	}
+	Install(t)
+	waitOperatorRolledOut(t.Context(), t, operator)
+	RestoreOperatorAfter(t, operator)
+	return true
+}
+
 // RestoreOperatorAfter puts the operator back on deploy/<operator>.yaml as the repository has it when
 // t ends, so the suites after an upgrade test run this release's image.
 func RestoreOperatorAfter(t *testing.T, operator string) {
@@ -247,9 +262,15 @@ func RestoreOperatorAfter(t *testing.T, operator string) {
 		require.NoError(t, err)
 		_, err = Kubectl().Run(ctx, "apply", "-f", filepath.Join(root, "deploy", operator+".yaml"))
 		require.NoError(t, err)
-		for _, d := range operatorDeployments(operator) {
-			_, err := Kubectl().Run(ctx, "rollout", "status", "-n", operator+"-system", "deployment/"+d.name, "--timeout=180s")
-			require.NoError(t, err)
-		}
+		waitOperatorRolledOut(ctx, t, operator)
 	})
+}
+
+// waitOperatorRolledOut waits until every Deployment of the operator's manifest has rolled out.
+func waitOperatorRolledOut(ctx context.Context, t *testing.T, operator string) {
+	t.Helper()
+	for _, d := range operatorDeployments(operator) {
+		_, err := Kubectl().Run(ctx, "rollout", "status", "-n", operator+"-system", "deployment/"+d.name, "--timeout=180s")
+		require.NoError(t, err)
+	}
 }

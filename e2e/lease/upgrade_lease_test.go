@@ -42,14 +42,9 @@ type upgradeLock struct {
 // Ready pod, with exactly one Lease transition, and the checkers (TestLease's watchLease: watch events
 // after which two pods carry sts-role=writer) count 0 for the whole test.
 func TestLeaseUpgradeUnderLoad(t *testing.T) {
-	if !framework.NeedRealNode(t) {
+	if !framework.PrepareUpgradeTest(t, "lease-operator") {
 		return
 	}
-	framework.Install(t)
-	_, err := framework.Kubectl().Run(t.Context(), "rollout", "status", "-n", "lease-operator-system",
-		"deployment/lease-operator-controller-manager", "--timeout=120s")
-	require.NoError(t, err)
-	framework.RestoreOperatorAfter(t, "lease-operator")
 
 	locks := make([]upgradeLock, upgradeLocks)
 	for i := range locks {

@@ -32,14 +32,9 @@ import (
 // (watchPartition + the recording proxy + checkAdvances): every partition decrease preceded by
 // successThreshold passing checks; it watches the whole test and must read 0.
 func TestRolloutUpgradeUnderLoad(t *testing.T) {
-	if !framework.NeedRealNode(t) {
+	if !framework.PrepareUpgradeTest(t, "rollout-operator") {
 		return
 	}
-	framework.Install(t)
-	_, err := framework.Kubectl().Run(t.Context(), "rollout", "status", "-n", "rollout-operator-system",
-		"deployment/rollout-operator-controller-manager", "--timeout=180s")
-	require.NoError(t, err)
-	framework.RestoreOperatorAfter(t, "rollout-operator")
 
 	exp := newMetricsExporter(t)
 	prom := startPrometheusFor(t, exp.srv.Listener.Addr().String())
