@@ -150,14 +150,16 @@ images: build $(CYCLONEDX_GOMOD) ## Package every binary as an image tarball in 
 	mkdir -p $(IMAGES_DIR)
 	cd e2e && go run ./cmd/images -out $(IMAGES_DIR) -version $(VERSION) -sbom-generator $(CYCLONEDX_GOMOD) $(foreach n,$(IMAGE_NAMES),$(n)=$(BIN_DIR)/$(n))
 
-# The second image set the upgrade tests move each operator to: the same code stamped $(VERSION)-next,
-# so a Deployment really rolls to a different image (see e2e/framework/upgrade.go).
+# The second release the upgrade tests move each operator to: the same code stamped $(VERSION)-next,
+# so a Deployment really rolls to a different image (e2e/framework/upgrade.go), and the chaos
+# campaigns' operator-upgrade fault restarts the operator as the other release's binary.
 NEXT_VERSION := $(VERSION)-next
 export STATEFULOPS_IMAGES_NEXT := $(CACHE)/images/$(NEXT_VERSION)
+export STATEFULOPS_BIN_NEXT := $(CACHE)/build/$(NEXT_VERSION)
 
 .PHONY: images-next
 images-next: ## Package every binary again, stamped $(VERSION)-next, into $(STATEFULOPS_IMAGES_NEXT) (for the upgrade tests).
-	$(MAKE) images VERSION=$(NEXT_VERSION) BIN_DIR=$(CACHE)/build/$(NEXT_VERSION) IMAGES_DIR=$(STATEFULOPS_IMAGES_NEXT)
+	$(MAKE) images VERSION=$(NEXT_VERSION) BIN_DIR=$(STATEFULOPS_BIN_NEXT) IMAGES_DIR=$(STATEFULOPS_IMAGES_NEXT)
 
 ##@ Generate and verify
 
