@@ -239,7 +239,7 @@ func UpgradeSteps() []UpgradeStep {
 // PrepareUpgradeTest readies an upgrade test of operator: it reports false (and t has logged why)
 // without the real node, where the images really run; otherwise it installs every manifest, waits
 // until the operator's Deployments have rolled out, and restores the operator when t ends
-// (RestoreOperatorAfter).
+// (restoreOperatorAfter).
 func PrepareUpgradeTest(t *testing.T, operator string) bool {
 	t.Helper()
 	if !NeedRealNode(t) {
@@ -247,13 +247,13 @@ func PrepareUpgradeTest(t *testing.T, operator string) bool {
 	}
 	Install(t)
 	waitOperatorRolledOut(t.Context(), t, operator)
-	RestoreOperatorAfter(t, operator)
+	restoreOperatorAfter(t, operator)
 	return true
 }
 
-// RestoreOperatorAfter puts the operator back on deploy/<operator>.yaml as the repository has it when
+// restoreOperatorAfter puts the operator back on deploy/<operator>.yaml as the repository has it when
 // t ends, so the suites after an upgrade test run this release's image.
-func RestoreOperatorAfter(t *testing.T, operator string) {
+func restoreOperatorAfter(t *testing.T, operator string) {
 	t.Helper()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
