@@ -82,7 +82,7 @@ test-integration: kube-bin host-deps ## Run the integration tests against a real
 	for m in $(MODULES); do (cd $$m && go test -count=1 -tags integration ./...); done
 
 .PHONY: test-e2e
-test-e2e: tools images ## Run the e2e suites (e2e/<operator>, e2e/platform) one after another on one local cluster (real control plane + kwok nodes).
+test-e2e: tools images images-next ## Run the e2e suites (e2e/<operator>, e2e/platform) one after another on one local cluster (real control plane + kwok nodes).
 	cd e2e && status=0 && { E2E_SHARED_CLUSTER=1 go test -p 1 -count=1 -tags e2e -timeout 50m -v ./... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:|\s+\S+_test.go)' || status=$${PIPESTATUS[0]}; }; \
 	  go run ./cmd/e2edown || status=1; exit $$status
 
@@ -110,7 +110,7 @@ bench: tools images ## Measure every operator beside a baseline in the same run 
 	cd e2e && go run ./cmd/benchreport -file $(ROOT)/BENCHMARKS.md -section bench -command "make bench"
 
 .PHONY: chaos
-chaos: tools images ## Randomized fault campaigns with the invariant checkers (CHAOS_SCALE, CHAOS_SEED); writes BENCHMARKS.md.
+chaos: tools images images-next ## Randomized fault campaigns with the invariant checkers (CHAOS_SCALE, CHAOS_SEED); writes BENCHMARKS.md.
 	rm -f $(BENCH_OUT)/chaos.jsonl
 	cd e2e && status=0 && { CHAOS_SCALE=$(CHAOS_SCALE) E2E_SHARED_CLUSTER=1 go test -p 1 -count=1 -tags e2e -timeout 0 -v -run '^TestChaos' ./... 2>&1 | tee $(CACHE)/chaos.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|chaos:' || status=$${PIPESTATUS[0]}; }; \
 	  go run ./cmd/e2edown || status=1; exit $$status
@@ -149,6 +149,17 @@ build: ## Build every binary (static, version-stamped) into $(BIN_DIR).
 images: build $(CYCLONEDX_GOMOD) ## Package every binary as an image tarball in $(IMAGES_DIR) (no Docker needed), each with its CycloneDX SBOM at /sbom.cdx.json.
 	mkdir -p $(IMAGES_DIR)
 	cd e2e && go run ./cmd/images -out $(IMAGES_DIR) -version $(VERSION) -sbom-generator $(CYCLONEDX_GOMOD) $(foreach n,$(IMAGE_NAMES),$(n)=$(BIN_DIR)/$(n))
+
+# The second release the upgrade tests move each operator to: the same code stamped $(VERSION)-next,
+# so a Deployment really rolls to a different image (e2e/framework/upgrade.go), and the chaos
+# campaigns' operator-upgrade fault restarts the operator as the other release's binary.
+NEXT_VERSION := $(VERSION)-next
+export STATEFULOPS_IMAGES_NEXT := $(CACHE)/images/$(NEXT_VERSION)
+export STATEFULOPS_BIN_NEXT := $(CACHE)/build/$(NEXT_VERSION)
+
+.PHONY: images-next
+images-next: ## Package every binary again, stamped $(VERSION)-next, into $(STATEFULOPS_IMAGES_NEXT) (for the upgrade tests).
+	$(MAKE) images VERSION=$(NEXT_VERSION) BIN_DIR=$(STATEFULOPS_BIN_NEXT) IMAGES_DIR=$(STATEFULOPS_IMAGES_NEXT)
 
 ##@ Generate and verify
 

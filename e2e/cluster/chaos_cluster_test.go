@@ -35,6 +35,7 @@ func TestChaosCluster(t *testing.T) {
 	waitStatefulClusterReady(t, ns, "churn", int32(replicas), 3*time.Minute)
 
 	c.Schedule("operator-kill", 10*time.Second, 30*time.Second, c.KillAndRestart(op))
+	c.Schedule("operator-upgrade", 20*time.Second, 60*time.Second, c.UpgradeAndRestart(op))
 	c.Schedule("api-errors", 2*time.Second, 6*time.Second, c.APIErrorBursts(proxy, 4*time.Second))
 	c.Schedule("pod-force-delete", 2*time.Second, 8*time.Second, c.ForceDeletePod(ns, "app=churn", nil))
 	c.Schedule("node-notready", 15*time.Second, 35*time.Second, c.FlipNode(8*time.Second))

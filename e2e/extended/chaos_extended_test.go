@@ -50,6 +50,7 @@ func TestChaosExtended(t *testing.T) {
 	framework.WaitRolled(t, ns, "web-v1")
 
 	c.Schedule("operator-kill", 10*time.Second, 30*time.Second, c.KillAndRestart(op))
+	c.Schedule("operator-upgrade", 20*time.Second, 60*time.Second, c.UpgradeAndRestart(op))
 	c.Schedule("api-errors", 2*time.Second, 6*time.Second, c.APIErrorBursts(proxy, 4*time.Second))
 	// A pod force-deleted while it runs is replaced: a restart the campaign causes, not a spurious one.
 	var fmu sync.Mutex

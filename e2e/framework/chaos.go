@@ -24,6 +24,7 @@ import (
 
 	"github.com/statefulops/statefulops/e2e/benchfmt"
 	"github.com/statefulops/statefulops/e2e/localcluster"
+	"github.com/statefulops/statefulops/e2e/operators"
 )
 
 // The TestChaos* tests are `make chaos`: randomized fault campaigns, one per operator, each driving
@@ -270,6 +271,44 @@ func (c *Campaign) KillAndRestart(op *chaosOperator) func(ctx context.Context, r
 		}
 		return op.start(context.WithoutCancel(ctx))
 	}
+}
+
+// UpgradeAndRestart is the operator-upgrade fault: the process is stopped as a Deployment rollout
+// stops it (SIGTERM: it finishes its reconciles and releases its leader-election Lease) and the other
+// release's binary is started in its place, this release's and the next one's (`make images-next`
+// builds it, stamped NextVersion) in turn, so a campaign runs versions N and N+1 against the same
+// objects mid-operation. The restart waits until the new process leads and has logged its version.
+func (c *Campaign) UpgradeAndRestart(op *chaosOperator) func(ctx context.Context, rng *rand.Rand) error {
+	return func(ctx context.Context, _ *rand.Rand) error {
+		op.mu.Lock()
+		next, version := nextBinDir(), NextVersion()
+		if op.binDir != "" {
+			next, version = "", CurrentVersion()
+		}
+		err := operators.Stop(ctx, op.stateDir, 15*time.Second, op.name)
+		op.binDir = next
+		op.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		c.Fault("operator-upgrade", "%s stopped (SIGTERM) and started as %s", op.name, version)
+		if err := op.start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		if !op.loggedVersion(version) {
+			return fmt.Errorf("%s restarted, but its log does not show version %s at its start", op.name, version)
+		}
+		return nil
+	}
+}
+
+// nextBinDir holds the binaries of the next release: $STATEFULOPS_BIN_NEXT, else the sibling of
+// $STATEFULOPS_BIN named after NextVersion (the Makefile's layout).
+func nextBinDir() string {
+	if dir := os.Getenv("STATEFULOPS_BIN_NEXT"); dir != "" {
+		return dir
+	}
+	return filepath.Join(filepath.Dir(os.Getenv("STATEFULOPS_BIN")), NextVersion())
 }
 
 // FlipNode is the node fault: a random kwok node goes NotReady (kwok stops heartbeating it and

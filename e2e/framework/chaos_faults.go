@@ -39,7 +39,10 @@ import (
 // optionally talking to the API server through an apiFaultProxy.
 type chaosOperator struct {
 	name, stateDir, kubeconfig string
-	mu                         sync.Mutex
+	// binDir holds the binary the process runs: empty for this release's ($STATEFULOPS_BIN), the next
+	// release's after an odd number of operator-upgrade faults (UpgradeAndRestart).
+	binDir string
+	mu     sync.Mutex
 }
 
 // StartChaosOperator installs the operator's manifest (once), parks its in-cluster Deployment and
@@ -79,7 +82,7 @@ func (o *chaosOperator) start(ctx context.Context) error {
 			return false, err
 		}
 		b := operators.Binary{Name: o.name, ServiceAccount: o.name + "-system/" + o.name + "-controller-manager", ProbePort: probe, MetricsPort: metrics}
-		if _, last = operators.Start(ctx, operators.Options{StateDir: o.stateDir, Kubeconfig: o.kubeconfig}, []operators.Binary{b}); last != nil {
+		if _, last = operators.Start(ctx, operators.Options{StateDir: o.stateDir, Kubeconfig: o.kubeconfig, BinDir: o.binDir}, []operators.Binary{b}); last != nil {
 			_ = operators.Stop(context.WithoutCancel(ctx), o.stateDir, time.Second, o.name)
 			return false, nil
 		}
@@ -103,6 +106,18 @@ func (o *chaosOperator) start(ctx context.Context) error {
 func (o *chaosOperator) leaderships() int {
 	raw, _ := os.ReadFile(operators.LogPath(o.stateDir, o.name))
 	return bytes.Count(raw, []byte("Successfully acquired lease"))
+}
+
+// loggedVersion reports whether the process's latest start, the last "Starting manager" line of its
+// log (appended to at every start), names version.
+func (o *chaosOperator) loggedVersion(version string) bool {
+	raw, _ := os.ReadFile(operators.LogPath(o.stateDir, o.name))
+	i := bytes.LastIndex(raw, []byte(`"Starting manager"`))
+	if i < 0 {
+		return false
+	}
+	line, _, _ := bytes.Cut(raw[i:], []byte("\n"))
+	return bytes.Contains(line, []byte(`"version":"`+version+`"`))
 }
 
 // ensure starts the process again if it exited (an operator exits when it loses its leader

@@ -34,6 +34,7 @@ func TestChaosLease(t *testing.T) {
 	op := framework.StartChaosOperator(t, "lease-operator", proxy)
 
 	c.Schedule("operator-kill", 10*time.Second, 30*time.Second, c.KillAndRestart(op))
+	c.Schedule("operator-upgrade", 20*time.Second, 60*time.Second, c.UpgradeAndRestart(op))
 	c.Schedule("api-errors", 2*time.Second, 8*time.Second, c.APIErrorBursts(proxy, 4*time.Second))
 	c.Schedule("pod-force-delete", 3*time.Second, 10*time.Second, c.ForceDeletePod(metav1.NamespaceAll, "app=db", nil))
 	c.Schedule("node-notready", 15*time.Second, 40*time.Second, c.FlipNode(8*time.Second))

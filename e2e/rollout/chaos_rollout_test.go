@@ -55,6 +55,7 @@ func TestChaosRollout(t *testing.T) {
 		return nil
 	})
 	c.Schedule("operator-kill", 10*time.Second, 30*time.Second, c.KillAndRestart(op))
+	c.Schedule("operator-upgrade", 20*time.Second, 60*time.Second, c.UpgradeAndRestart(op))
 	c.Schedule("api-errors", 2*time.Second, 6*time.Second, c.APIErrorBursts(apiProxy, 4*time.Second))
 	c.Schedule("pod-force-delete", 8*time.Second, 20*time.Second, c.ForceDeletePod(ns, "app=web", nil))
 	c.Schedule("node-notready", 15*time.Second, 35*time.Second, c.FlipNode(8*time.Second))

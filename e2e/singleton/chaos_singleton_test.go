@@ -44,6 +44,7 @@ func TestChaosSingleton(t *testing.T) {
 	wh := framework.StartChaosWebhook(t)
 
 	c.Schedule("operator-kill", 10*time.Second, 30*time.Second, c.KillAndRestart(op))
+	c.Schedule("operator-upgrade", 20*time.Second, 60*time.Second, c.UpgradeAndRestart(op))
 	c.Schedule("webhook-kill", 6*time.Second, 18*time.Second, func(ctx context.Context, rng *rand.Rand) error {
 		if err := wh.Kill(ctx); err != nil {
 			return err

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -103,10 +104,28 @@ func load() (config, error) {
 		}
 		tlsConfig.RootCAs = pool
 	}
-	// The server holds a request up to 30 s; the client waits a little longer before giving up.
-	cfg.client = &http.Client{Timeout: 45 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, Proxy: http.ProxyFromEnvironment}}
+	cfg.client = grantClient(tlsConfig)
 	return cfg, nil
 }
+
+// grantClient is the long poll's HTTP client. The server holds a request up to 30 s, so the whole
+// request may take a little longer than that; connecting may not. A connect that does not complete in
+// connectTimeout is a SYN sent to an operator pod that is gone (during an operator upgrade, its network
+// namespace torn down before kube-proxy dropped it from the grant Service): dialing again picks an
+// endpoint anew, where waiting out the request's timeout kept a held pod from its start for 45 s
+// (measured on the real node by e2e/singleton's TestSingletonUpgradeUnderLoad).
+func grantClient(tlsConfig *tls.Config) *http.Client {
+	dialer := &net.Dialer{Timeout: connectTimeout, KeepAlive: 5 * time.Second}
+	return &http.Client{Timeout: 45 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:     tlsConfig,
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dialer.DialContext,
+		TLSHandshakeTimeout: connectTimeout,
+	}}
+}
+
+// connectTimeout bounds the TCP connect and the TLS handshake of one request to the grant endpoint.
+const connectTimeout = 2 * time.Second
 
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
