@@ -104,7 +104,7 @@ func TestScaleUpDuringRollout(t *testing.T) {
 				st := f.rollout().Status.RollingPodStatus
 				return st != nil && st.Partition != nil && *st.Partition == tc.wantHeldAt
 			}, wait, tick, "the step is the one at the held partition")
-			assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventScaledDuringRollout)
+			f.waitEventReason("pr", rolloutv1alpha1.EventScaledDuringRollout)
 		})
 	}
 }

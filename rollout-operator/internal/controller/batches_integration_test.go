@@ -277,6 +277,6 @@ func TestStepPause(t *testing.T) {
 	values, at := sim.log.get()
 	require.Equal(t, []int32{3, 2, 1, 0}, values[:4], "maxUnavailable 1: the batch of 2 in two writes")
 	assert.False(t, at[3].Before(until), "the next batch was released at %s, before the pause ended at %s", at[3], until)
-	assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventStepPaused)
+	f.waitEventReason("pr", rolloutv1alpha1.EventStepPaused)
 	assert.Equal(t, map[string]int{podQuery("web-2"): 1, podQuery("web-1"): 1, podQuery("web-0"): 1}, checkedPods(checker))
 }

@@ -76,8 +76,8 @@ func TestRollsOnePodAtATimeOnlyAfterPassingChecks(t *testing.T) {
 	}
 	// Four steps (before web-2, then web-2, web-1, web-0 after their roll), two passes each.
 	assert.Equal(t, map[string]int{`errors{pod="web-2"} > 0`: 4, `errors{pod="web-1"} > 0`: 2, `errors{pod="web-0"} > 0`: 2}, pods)
-	assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventRolloutStarted)
-	assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventRolloutCompleted)
+	f.waitEventReason("pr", rolloutv1alpha1.EventRolloutStarted)
+	f.waitEventReason("pr", rolloutv1alpha1.EventRolloutCompleted)
 	t.Logf("rollout of 3 pods took %s", time.Since(started))
 }
 
@@ -96,7 +96,7 @@ func TestFailingChecksStopTheRollout(t *testing.T) {
 	assert.Equal(t, int32(3), pr.Status.RollingPodStatus.TotalChecks)
 	assert.Equal(t, int32(3), pr.Status.RollingPodStatus.TotalFailedChecks)
 	assert.True(t, metaTrue(pr, rolloutv1alpha1.ConditionDegraded))
-	assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventRolloutFailed)
+	f.waitEventReason("pr", rolloutv1alpha1.EventRolloutFailed)
 	time.Sleep(2 * time.Second)
 	assert.Len(t, checker.recorded(), 3, "no check after Failed")
 	values, _ := log.get()

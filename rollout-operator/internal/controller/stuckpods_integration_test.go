@@ -94,7 +94,7 @@ func TestStuckPodIsRecreatedAfterTheTemplateFix(t *testing.T) {
 	assert.Equal(t, "web-r2", rec.Revision)
 	assert.Equal(t, "web-r3", rec.UpdateRevision)
 	assert.GreaterOrEqual(t, rec.NotReadySeconds, int64(1))
-	assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventStuckPodRecreated)
+	f.waitEventReason("pr", rolloutv1alpha1.EventStuckPodRecreated)
 }
 
 // TestStuckPodIsLeftAloneWithoutRecreateStuckPods: the same fix with recreateStuckPods false deletes

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -330,6 +332,14 @@ func (f *fixture) eventReasons(name string) []string {
 		}
 	}
 	return reasons
+}
+
+// waitEventReason waits until an Event about name has reason: the recorder writes Events
+// asynchronously, so the phase or partition a test waited for can be read before its Event exists.
+func (f *fixture) waitEventReason(name, reason string) {
+	f.t.Helper()
+	assert.Eventually(f.t, func() bool { return slices.Contains(f.eventReasons(name), reason) }, wait, tick,
+		"an Event %s about %s", reason, name)
 }
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -220,7 +220,7 @@ func TestWebhookGateFailures(t *testing.T) {
 			if tc.notWant != "" {
 				assert.NotContains(t, pr.Status.LastQueryResult, tc.notWant)
 			}
-			assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventRolloutFailed)
+			f.waitEventReason("pr", rolloutv1alpha1.EventRolloutFailed)
 		})
 	}
 	assert.Empty(t, redirected.recorded(), "the redirect was not followed")
@@ -266,7 +266,7 @@ func TestWebhookGateMissingSecret(t *testing.T) {
 	f.newRevision("web-r2")
 	pr := f.waitCheckErrors(2)
 	assert.Contains(t, pr.Status.LastError, "reading Secret no-such-secret (check.webhook.secretRef)")
-	assert.Contains(t, f.eventReasons("pr"), rolloutv1alpha1.EventWebhookConfigError)
+	f.waitEventReason("pr", rolloutv1alpha1.EventWebhookConfigError)
 	assert.Equal(t, int32(2), f.partition())
 	assert.Empty(t, g.recorded(), "no call without its credentials")
 }
