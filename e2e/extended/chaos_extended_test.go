@@ -32,19 +32,12 @@ func TestChaosExtended(t *testing.T) {
 	op := framework.StartChaosOperator(t, "extended-operator", proxy)
 
 	ns := framework.NewNamespace(t)
-	_, err := framework.Clientset.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "conf"}, Data: map[string]string{"level": "0"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = framework.Clientset.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "creds"}, Data: map[string][]byte{"password": []byte("0")}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	createConfAndCreds(t, ns, "0", "0")
 	rcs := []*restartChecker{watchRestarts(t, ns)}
 	dd := watchDoubleDeletes(t, ns)
 	e := framework.NewESTS("web", 3)
 	pod := &e.Spec.Template.Spec.Template.Spec
-	pod.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
-	pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}}
-	pod.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}}
+	referenceConfAndCreds(pod)
 	createESTS(t, ns, e)
 	waitESTSReady(t, ns, "web", 1)
 	framework.WaitRolled(t, ns, "web-v1")

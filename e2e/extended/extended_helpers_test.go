@@ -343,3 +343,22 @@ func extendedPercentile(ds []time.Duration, p int) time.Duration {
 	i := (len(s)*p + 99) / 100
 	return s[max(i-1, 0)]
 }
+
+// createConfAndCreds creates the ConfigMap "conf" (level) and the Secret "creds" (password) that the
+// tests' ExtendedStatefulSets reference (referenceConfAndCreds).
+func createConfAndCreds(t *testing.T, ns, level, password string) {
+	t.Helper()
+	_, err := framework.Clientset.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "conf"}, Data: map[string]string{"level": level}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = framework.Clientset.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "creds"}, Data: map[string][]byte{"password": []byte(password)}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// referenceConfAndCreds makes pod's first container read "conf" as its environment and mount "creds".
+func referenceConfAndCreds(pod *corev1.PodSpec) {
+	pod.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
+	pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}}
+	pod.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}}
+}

@@ -80,18 +80,11 @@ func TestExtended(t *testing.T) {
 	setup := func(t *testing.T, mutate func(*extendedv1alpha1.ExtendedStatefulSet)) (string, *restartChecker, *claimChecker) {
 		t.Helper()
 		ns := framework.NewNamespace(t)
-		_, err := framework.Clientset.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: "conf"}, Data: map[string]string{"level": "1"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		_, err = framework.Clientset.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: "creds"}, Data: map[string][]byte{"password": []byte("one")}}, metav1.CreateOptions{})
-		require.NoError(t, err)
+		createConfAndCreds(t, ns, "1", "one")
 		rc, cc := watchRestarts(t, ns), watchClaims(t, ns)
 		e := framework.NewESTS("web", 3)
 		pod := &e.Spec.Template.Spec.Template.Spec
-		pod.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
-		pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}}
-		pod.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}}
+		referenceConfAndCreds(pod)
 		if mutate != nil {
 			mutate(e)
 		}

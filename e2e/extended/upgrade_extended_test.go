@@ -41,21 +41,14 @@ func TestExtendedUpgradeUnderLoad(t *testing.T) {
 	}
 
 	ns := framework.NewNamespace(t)
-	_, err := framework.Clientset.CoreV1().ConfigMaps(ns).Create(t.Context(), &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: "conf"}, Data: map[string]string{"level": "1"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = framework.Clientset.CoreV1().Secrets(ns).Create(t.Context(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "creds"}, Data: map[string][]byte{"password": []byte("one")}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	createConfAndCreds(t, ns, "1", "one")
 	// The checkers start before the first pod, so they see every pod of every version.
 	rc, cc := watchRestarts(t, ns), watchClaims(t, ns)
 	gates := watchUpgradeGates(t, ns)
 
 	e := framework.NewESTS("web", 3)
 	pod := &e.Spec.Template.Spec.Template.Spec
-	pod.Containers[0].EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "conf"}}}}
-	pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "creds", MountPath: "/creds"}}
-	pod.Volumes = []corev1.Volume{{Name: "creds", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "creds"}}}}
+	referenceConfAndCreds(pod)
 	pod.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: upgradeGate}}
 	withClaims(e)
 	// Long enough to outlast a move (a Deployment rollout of at most 180s, then the leader election), so
