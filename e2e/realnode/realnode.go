@@ -161,8 +161,9 @@ func Available(opts Options) error {
 
 // Start brings the real node up and returns once it is Ready and kube-proxy serves. The leftovers of
 // an earlier run in the same state dir (processes, mounts, cgroups, iptables chains, sysctls, a
-// half-written state dir) are cleaned up first; what that cleanup cannot undo is logged, and only
-// fails Start if the node then cannot start. When Start fails it leaves nothing running.
+// half-written state dir), and of a killed run in another one (cleanupStray), are cleaned up first;
+// what that cleanup cannot undo is logged, and only fails Start if the node then cannot start. When
+// Start fails it leaves nothing running.
 func Start(ctx context.Context, opts Options) (*Node, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
@@ -173,6 +174,9 @@ func Start(ctx context.Context, opts Options) (*Node, error) {
 	l := newLayout(opts.StateDir)
 	if err := Cleanup(opts.StateDir); err != nil {
 		fmt.Fprintf(opts.Log, "realnode: the cleanup of an earlier run left this (continuing; see %s): %v\n", l.logFile("teardown"), err)
+	}
+	if err := cleanupStray(opts.Log, opts.StateDir); err != nil {
+		fmt.Fprintf(opts.Log, "realnode: the cleanup of a killed run of another state dir left this (continuing): %v\n", err)
 	}
 	if err := l.reset(); err != nil {
 		return nil, err

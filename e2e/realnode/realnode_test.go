@@ -206,3 +206,22 @@ func TestConfigs(t *testing.T) {
 	assert.Equal(t, "iptables", proxy["mode"])
 	assert.Equal(t, NodeName, proxy["hostnameOverride"])
 }
+
+// TestStrayStateDirsOf: the state dirs of other clones' real nodes are found by their kubelet and
+// containerd mounts; the own state dir, other mounts and a "realnode" dir holding no node are not.
+func TestStrayStateDirsOf(t *testing.T) {
+	points := []string{
+		"/",
+		"/proc",
+		"/work/main/.local/realnode/kubelet",
+		"/work/main/.local/realnode/kubelet/pods/5f20/volumes/kubernetes.io~projected/kube-api-access-q6f7v",
+		"/work/main/.local/realnode/containerd/state/io.containerd.grpc.v1.cri/netns/cni-2615",
+		"/check/work/main/.local/realnode/kubelet",
+		"/check/work/main/.local/realnode/containerd/state/io.containerd.runtime.v2.task/k8s.io/abc/rootfs",
+		"/srv/realnode/data",
+		"/work/main/.local/realnode/kubeletish",
+	}
+	assert.Equal(t, []string{"/work/main/.local"}, strayStateDirsOf(points, "/check/work/main/.local/realnode"))
+	assert.Equal(t, []string{"/work/main/.local", "/check/work/main/.local"}, strayStateDirsOf(points, "/elsewhere/realnode"))
+	assert.Empty(t, strayStateDirsOf(points[:2], "/elsewhere/realnode"))
+}
