@@ -127,6 +127,33 @@ func KubectlOnRealNode(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
+// ContainerPID finds the host PID of the process named comm (as /proc/<pid>/comm has it, at most 15
+// characters) in a container of pod, on the real node, by the pod's cgroup.
+func ContainerPID(t *testing.T, pod *corev1.Pod, comm string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	// cgroupfs names the pod's cgroup pod<uid>, the systemd driver pod<uid with underscores>.
+	uid := string(pod.UID)
+	ids := []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		name, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil || strings.TrimSpace(string(name)) != comm {
+			continue
+		}
+		cgroup, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err == nil && (strings.Contains(string(cgroup), ids[0]) || strings.Contains(string(cgroup), ids[1])) {
+			return pid
+		}
+	}
+	t.Fatalf("no %s process of pod %s/%s on this host", comm, pod.Namespace, pod.Name)
+	return 0
+}
+
 // TestAppPID finds the host PID of the test app running as pod ns/name on the real node, by the
 // downward-API identity in its environment.
 func TestAppPID(t *testing.T, ns, name string) int {
