@@ -311,6 +311,9 @@ func (c *Cluster) KubeBin() string { return c.opts.KubeBin }
 // KwokBin returns the directory of the kwok and kwokctl binaries.
 func (c *Cluster) KwokBin() string { return c.opts.KwokBin }
 
+// ImagesDir returns the dir of the image tarballs the real node imports.
+func (c *Cluster) ImagesDir() string { return c.opts.ImagesDir }
+
 // SetNodeReady makes a kwok node NotReady (ready=false) or Ready again and waits until it is; see
 // the package function SetNodeReady.
 func (c *Cluster) SetNodeReady(ctx context.Context, name string, ready bool) error {

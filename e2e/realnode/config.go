@@ -158,8 +158,8 @@ func writeConfigs(l layout, opts Options, c cluster, nodeIP net.IP) error {
 	return os.WriteFile(l.host("kube-proxy"), []byte(filepath.Join(opts.KubeBin, "kube-proxy")), 0o644)
 }
 
-// containerdConfig keeps containerd's sockets, root and state, runc's state and the network namespaces
-// under the realnode dir. The CRI settings are those this kind of machine needs: no
+// containerdConfig keeps containerd's sockets, root and state, runc's state, the network namespaces
+// and the registry hosts (TrustRegistry) under the realnode dir. The CRI settings are those this kind of machine needs: no
 // CAP_SYS_RESOURCE (restrict_oom_score_adj, or every sandbox fails as the kubelet asks for a negative
 // oom_score_adj), cgroupfs (systemd is not PID 1), overlayfs, and our own pause image as the sandbox.
 func containerdConfig(l layout, runc string) string {
@@ -198,8 +198,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = %[8]q
     conf_dir = %[9]q
     max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[10]q
 `, l.path("containerd", "root"), l.path("containerd", "state"), l.containerdSocket(), l.path("containerd", "opt"),
-		SandboxImage, runc, l.runcRoot(), cniBinDir, l.cniConfDir())
+		SandboxImage, runc, l.runcRoot(), cniBinDir, l.cniConfDir(), l.registryHosts())
 }
 
 // cniConfig is the pod network: a bridge with the host as gateway, host-local addresses out of PodCIDR

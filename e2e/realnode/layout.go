@@ -35,6 +35,7 @@ func (l layout) containerdDir() string       { return l.path("containerd") }
 func (l layout) containerdConfig() string    { return l.path("containerd", "config.toml") }
 func (l layout) containerdSocket() string    { return l.path("containerd", "containerd.sock") }
 func (l layout) runcRoot() string            { return l.path("runc") }
+func (l layout) registryHosts() string       { return l.path("containerd", "certs.d") }
 func (l layout) cniConfDir() string          { return l.path("cni", "net.d") }
 func (l layout) cniIPAMDir() string          { return l.path("cni", "ipam") }
 func (l layout) kubeletRoot() string         { return l.path("kubelet") }
@@ -70,7 +71,7 @@ func (l layout) reset() error {
 	if err := os.Rename(l.logs(), l.path("logs.previous")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	for _, d := range []string{l.logs(), l.path("pids"), l.path("host"), l.containerdDir(), l.runcRoot(),
+	for _, d := range []string{l.logs(), l.path("pids"), l.path("host"), l.containerdDir(), l.registryHosts(), l.runcRoot(),
 		l.cniConfDir(), l.cniIPAMDir(), l.kubeletRoot(), l.podLogs(), l.path("pki")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err

@@ -68,6 +68,9 @@ const (
 const (
 	PodCIDR    = "10.88.0.0/24"
 	BridgeName = "statefulops0"
+	// GatewayIP is the bridge's address on the host (the pods' gateway): a server on the host that
+	// listens there is reached by the host's processes (containerd) and by the pods alike.
+	GatewayIP = "10.88.0.1"
 )
 
 // SandboxImage is the pod sandbox image containerd runs (our pause program); it must be among the
@@ -299,6 +302,18 @@ func ImportImages(ctx context.Context, opts Options) ([]string, error) {
 		return nil, errors.New("the real node's containerd does not run")
 	}
 	return importImages(ctx, l, opts.ImagesDir)
+}
+
+// TrustRegistry lets the real node's containerd pull from the registry at host (host:port) over
+// plain HTTP, as a cluster's nodes pull from an internal registry; containerd reads the hosts file at
+// each pull, so it needs no restart.
+func TrustRegistry(stateDir, host string) error {
+	d := filepath.Join(newLayout(stateDir).registryHosts(), host)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	hosts := fmt.Sprintf("server = %[1]q\n\n[host.%[1]q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+host)
+	return os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(hosts), 0o644)
 }
 
 // DaemonPIDs returns the PIDs of the real node's running daemons (containerd, kubelet, kube-proxy)

@@ -57,8 +57,14 @@ func TestSingletonOnTheRealNode(t *testing.T) {
 			time.Since(dep.CreationTimestamp.Time).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	}
 	for _, mode := range []singletonv1.HoldMode{singletonv1.HoldModeWrapper, singletonv1.HoldModeSchedulingGate} {
-		t.Run(string(mode), func(t *testing.T) { singletonHandovers(t, mode) })
+		t.Run(string(mode), func(t *testing.T) { singletonHandovers(t, mode, "") })
 	}
+	// Issue 20: most images run their ENTRYPOINT, with no command in the pod. The test app's image is
+	// served by a registry the kubelet pulls from and the webhook-server reads the image's config
+	// from: the pods must be held in Wrapper mode all the same, with 0 overlaps.
+	t.Run("Wrapper without command", func(t *testing.T) {
+		singletonHandovers(t, singletonv1.HoldModeWrapper, framework.ServeTestAppRegistry(t))
+	})
 }
 
 // applyRealNodeSingleton applies the StatefulSingleton name (selector app=name) in ns.
@@ -86,7 +92,21 @@ func singletonAppTemplate(t *testing.T, name string) corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec}
 }
 
-func singletonHandovers(t *testing.T, mode singletonv1.HoldMode) {
+// singletonHandovers runs the handovers in mode; with image set, the pods run that image of the test
+// app without a command (its ENTRYPOINT), as most pods do.
+func singletonHandovers(t *testing.T, mode singletonv1.HoldMode, image string) {
+	label := string(mode)
+	template := func(name string) corev1.PodTemplateSpec {
+		tmpl := singletonAppTemplate(t, name)
+		if image != "" {
+			c := &tmpl.Spec.Containers[0]
+			c.Image, c.Command, c.ImagePullPolicy = image, nil, corev1.PullIfNotPresent
+		}
+		return tmpl
+	}
+	if image != "" {
+		label += " (image without command)"
+	}
 	ns := framework.NewNamespace(t)
 	applyRealNodeSingleton(t, ns, "app", mode)
 	applyRealNodeSingleton(t, ns, "sts", mode)
@@ -145,12 +165,13 @@ func singletonHandovers(t *testing.T, mode singletonv1.HoldMode) {
 			Replicas: ptr.To[int32](1),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "app"}},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Template: singletonAppTemplate(t, "app"),
+			Template: template("app"),
 		},
 	}
 	_, err := framework.Clientset.AppsV1().Deployments(ns).Create(t.Context(), dep, metav1.CreateOptions{})
 	require.NoError(t, err)
 	waitSingletonActive(t, ns, "app", 1)
+	assertHoldMode(t, ns, activePod("app"), mode)
 	appEpoch0 := singletonEpoch(t, ns, "app")
 
 	rollout := func(i int) {
@@ -212,12 +233,13 @@ func singletonHandovers(t *testing.T, mode singletonv1.HoldMode) {
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "sts"}},
 			// Held pods are never Ready: OrderedReady would wait for them forever.
 			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Template:            singletonAppTemplate(t, "sts"),
+			Template:            template("sts"),
 		},
 	}
 	_, err = framework.Clientset.AppsV1().StatefulSets(ns).Create(t.Context(), sts, metav1.CreateOptions{})
 	require.NoError(t, err)
 	waitSingletonActive(t, ns, "sts", 1)
+	assertHoldMode(t, ns, activePod("sts"), mode)
 	stsEpoch0 := singletonEpoch(t, ns, "sts")
 	stsRollout := func(i int) {
 		framework.RetryOnConflict(t, func() error {
@@ -261,7 +283,7 @@ func singletonHandovers(t *testing.T, mode singletonv1.HoldMode) {
 		overlaps += n
 		all = append(all, hs...)
 	}
-	logHandovers(t, fmt.Sprintf("SINGLETON %s mode:", mode), all)
+	logHandovers(t, fmt.Sprintf("SINGLETON %s mode:", label), all)
 	var gaps []time.Duration
 	for _, h := range all {
 		gaps = append(gaps, h.gap)
@@ -272,11 +294,20 @@ func singletonHandovers(t *testing.T, mode singletonv1.HoldMode) {
 	}
 	t.Logf("SINGLETON %s mode: %d handovers (Deployment %d, StatefulSet %d), %d overlapping process intervals, "+
 		"%d of %d releases chose an older revision than a held pod's, gap old exit → new start p50 %s p99 %s (n=%d)",
-		mode, appHandovers+stsHandovers, appHandovers, stsHandovers, overlaps, len(violations), releases,
+		label, appHandovers+stsHandovers, appHandovers, stsHandovers, overlaps, len(violations), releases,
 		singletonPercentile(gaps, 50), singletonPercentile(gaps, 99), len(gaps))
 	assert.Zero(t, overlaps, "process intervals overlap")
 	assert.Empty(t, violations, "a release chose an older revision than a held pod's")
 	assert.GreaterOrEqual(t, appHandovers+stsHandovers, int64(20), "handovers exercised")
+}
+
+// assertHoldMode checks that the webhook held pod in mode, without falling back.
+func assertHoldMode(t *testing.T, ns, pod string, mode singletonv1.HoldMode) {
+	t.Helper()
+	p, err := framework.FetchPod(t, ns, pod)
+	require.NoError(t, err)
+	assert.Equal(t, string(mode), p.Annotations[singletonv1.AnnotationHoldMode], "hold mode of %s", pod)
+	assert.Empty(t, p.Annotations[singletonv1.AnnotationHoldFallback], "fallback reason of %s", pod)
 }
 
 // drainRealNode drains the real node with kubectl (cordon, then PDB-aware evictions of the pods

@@ -1,0 +1,44 @@
+//go:build e2e
+
+package framework
+
+import (
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/stretchr/testify/require"
+
+	"github.com/statefulops/statefulops/e2e/realnode"
+)
+
+// ServeTestAppRegistry serves an image registry (go-containerregistry's pkg/registry) for the rest of
+// the test on the real node's gateway address, which the host's containerd and the pods both reach,
+// pushes the e2e test app's image into it (from the tarball `make images` built) and lets the real
+// node pull from it over plain HTTP. It returns the image's reference there: a pod that names it is
+// pulled for real by the kubelet, and the webhook-server reads its config (ENTRYPOINT) from there.
+func ServeTestAppRegistry(t *testing.T) string {
+	t.Helper()
+	listener, err := net.Listen("tcp", net.JoinHostPort(realnode.GatewayIP, "0"))
+	require.NoError(t, err, "listen on the real node's gateway address")
+	server := &http.Server{Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
+	go func() { _ = server.Serve(listener) }()
+	t.Cleanup(func() { _ = server.Close() })
+	host := listener.Addr().String()
+
+	img, err := tarball.ImageFromPath(filepath.Join(RealNode.Cluster.ImagesDir(), "testapp.tar"), nil)
+	require.NoError(t, err)
+	ref, err := name.ParseReference(host + "/" + strings.TrimPrefix(testAppImage(), "docker.io/"))
+	require.NoError(t, err)
+	require.NoError(t, remote.Write(ref, img, remote.WithContext(t.Context())), "push %s", ref)
+	require.NoError(t, realnode.TrustRegistry(RealNode.StateDir, host))
+	return ref.String()
+}
