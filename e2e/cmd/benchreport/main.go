@@ -176,6 +176,10 @@ func num(v float64, unit string) string {
 	if unit == "×" {
 		return fmt.Sprintf("%.3g×", v)
 	}
+	if math.Abs(v) >= 10000 {
+		// %.4g would print 1.638e+04: four significant digits are kept by rounding instead.
+		return fmt.Sprintf("%.0f %s", v, unit)
+	}
 	return fmt.Sprintf("%.4g %s", v, unit)
 }
 
