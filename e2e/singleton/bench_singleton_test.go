@@ -108,7 +108,10 @@ func TestBenchSingletonHandover(t *testing.T) {
 // records, the gap between two processes of a Wrapper-mode singleton (RollingUpdate rollouts and pod
 // deletions of a one-replica Deployment, installed from deploy/singleton-operator.yaml) beside a plain
 // Deployment with strategy Recreate of the same app, and the grant → wrapped process start time. The
-// process-interval checker (overlaps) and the API-level checker must count 0.
+// same singleton Deployment also runs from an image without command (served by a registry the kubelet
+// pulls from, ENTRYPOINT read by the webhook-server), in Wrapper mode and in SchedulingGate mode, all
+// interleaved in the same run. The process-interval checker (overlaps) and the API-level checker must
+// count 0.
 func TestBenchSingletonRealNode(t *testing.T) {
 	if !framework.NeedRealNode(t) {
 		return
@@ -118,84 +121,117 @@ func TestBenchSingletonRealNode(t *testing.T) {
 		_, err := framework.Kubectl().Run(t.Context(), "rollout", "status", "-n", framework.SingletonNamespace, "deployment/"+d, "--timeout=240s")
 		require.NoError(t, err)
 	}
-	ns := newSingletonNamespace(t, singletonv1.HoldModeWrapper)
-	timeline := watchPodTimeline(t, ns)
-	watchReleased(t, ns)
-	plainNS := framework.NewNamespace(t)
-	plainTimeline := watchPodTimeline(t, plainNS)
-
-	deploy := func(ns string, strategy appsv1.DeploymentStrategyType) {
+	deploy := func(ns string, strategy appsv1.DeploymentStrategyType, image string) {
 		_, err := framework.Clientset.AppsV1().Deployments(ns).Create(t.Context(), &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: "app"},
 			Spec: appsv1.DeploymentSpec{
 				Replicas: ptr.To[int32](1),
 				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "app"}},
 				Strategy: appsv1.DeploymentStrategy{Type: strategy},
-				Template: singletonAppTemplate(t, "app"),
+				Template: singletonAppTemplate(t, "app", image),
 			},
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	deploy(ns, appsv1.RollingUpdateDeploymentStrategyType)
-	deploy(plainNS, appsv1.RecreateDeploymentStrategyType)
-	waitSingletonActive(t, ns, "app", 1)
+	// The singleton sides, each a one-replica RollingUpdate Deployment under a StatefulSingleton.
+	type side struct {
+		label    string
+		mode     singletonv1.HoldMode
+		image    string
+		ns       string
+		timeline *podTimeline
+	}
+	image := framework.ServeTestAppRegistry(t)
+	sides := []*side{
+		{label: "Wrapper", mode: singletonv1.HoldModeWrapper},
+		{label: "Wrapper, image without command", mode: singletonv1.HoldModeWrapper, image: image},
+		{label: "SchedulingGate, image without command", mode: singletonv1.HoldModeSchedulingGate, image: image},
+	}
+	for _, sd := range sides {
+		sd.ns = newSingletonNamespace(t, sd.mode)
+		sd.timeline = watchPodTimeline(t, sd.ns)
+		watchReleased(t, sd.ns)
+		deploy(sd.ns, appsv1.RollingUpdateDeploymentStrategyType, sd.image)
+	}
+	plainNS := framework.NewNamespace(t)
+	plainTimeline := watchPodTimeline(t, plainNS)
+	deploy(plainNS, appsv1.RecreateDeploymentStrategyType, "")
+	for _, sd := range sides {
+		waitSingletonActive(t, sd.ns, "app", 1)
+		p, err := framework.FetchPod(t, sd.ns, singletonStatus(t, sd.ns).Status.ActivePod)
+		require.NoError(t, err)
+		require.Equal(t, string(sd.mode), p.Annotations[singletonv1.AnnotationHoldMode], "%s: held in its mode, no fallback (%s)", sd.label, p.Annotations[singletonv1.AnnotationHoldFallback])
+	}
 	benchWaitOneReadyPod(t, framework.Clientset, plainNS)
 
 	for i := range benchRealNodeHandovers {
-		epoch := singletonEpoch(t, ns, "app")
-		if i%2 == 0 {
-			benchBumpTemplate(t, framework.Clientset, ns, i)
-		} else {
-			require.NoError(t, framework.Clientset.CoreV1().Pods(ns).Delete(t.Context(), singletonStatus(t, ns).Status.ActivePod, metav1.DeleteOptions{}))
+		for _, sd := range sides {
+			epoch := singletonEpoch(t, sd.ns, "app")
+			if i%2 == 0 {
+				benchBumpTemplate(t, framework.Clientset, sd.ns, i)
+			} else {
+				require.NoError(t, framework.Clientset.CoreV1().Pods(sd.ns).Delete(t.Context(), singletonStatus(t, sd.ns).Status.ActivePod, metav1.DeleteOptions{}))
+			}
+			waitSingletonActive(t, sd.ns, "app", epoch+1)
+			waitDeploymentSettled(t, sd.ns)
 		}
-		waitSingletonActive(t, ns, "app", epoch+1)
-		waitDeploymentSettled(t, ns)
-
 		benchBumpTemplate(t, framework.Clientset, plainNS, i)
 		benchWaitOneReadyPod(t, framework.Clientset, plainNS)
 	}
 
 	scenario := func(time.Time) string { return "rollout or pod delete" }
-	overlaps, hs := checkHandovers(t, readIntervals(t, ns, "app-"), timeline, scenario)
-	logHandovers(t, "BENCH singleton Wrapper:", hs)
 	plainOverlaps, plainHs := checkHandovers(t, readIntervals(t, plainNS, "app-"), plainTimeline, scenario)
 	logHandovers(t, "BENCH plain Recreate:", plainHs)
-	assert.Zero(t, overlaps, "process intervals of the singleton overlap")
 	assert.Zero(t, plainOverlaps, "process intervals of the Recreate Deployment overlap")
-
-	var gaps, grants, plainGaps []float64
-	for _, h := range hs {
-		gaps = append(gaps, benchMs(h.gap))
-		if h.prestarted {
-			grants = append(grants, benchMs(h.toRun))
-		}
-	}
+	var plainGaps []float64
 	for _, h := range plainHs {
 		plainGaps = append(plainGaps, benchMs(h.gap))
 	}
-	require.NotEmpty(t, gaps, "handovers measured")
-	framework.RecordFigure(t, benchfmt.Figure{
-		Operator: "singleton", Name: "real gap, Wrapper mode (old process exit -> new process start)", Unit: "ms", Where: "real node",
-		Samples: gaps, Baseline: "plain Deployment, strategy Recreate, same app", BaselineSamples: plainGaps,
-		Targets: []benchfmt.Target{benchfmt.AtMost("p99", 1000), benchfmt.AtMost("ratio", 0.2)},
-		Note: fmt.Sprintf("the e2e test app's own start/stop records on the real node (kubelet + containerd); singleton: a one-replica "+
-			"Deployment (RollingUpdate) under a Wrapper-mode StatefulSingleton, alternately rolled out and its pod deleted (%d handovers, "+
-			"operator and webhook-server installed from deploy/singleton-operator.yaml, running on the real node); baseline: the same "+
-			"Deployment with strategy Recreate and no singleton, rolled out as often, same run. A singleton Deployment with strategy "+
-			"Recreate is not measured here: its new pod is created only after the old one is gone, so its whole start is in the gap, as "+
-			"in the baseline. Where a target is missed: the kubelet's confirmation of the old pod's stop (old exit -> pod gone from the "+
-			"API) is in both gaps, and after a pod deletion the replacement may still be starting when the old pod is gone; the "+
-			"test log splits every gap (logHandovers).", len(hs)),
-	})
-	if len(grants) > 0 {
+	const method = "the e2e test app's own start/stop records on the real node (kubelet + containerd); singleton: a one-replica " +
+		"Deployment (RollingUpdate) under a StatefulSingleton, alternately rolled out and its pod deleted (%d handovers, " +
+		"operator and webhook-server installed from deploy/singleton-operator.yaml, running on the real node); baseline: the same " +
+		"Deployment with strategy Recreate and no singleton, rolled out as often, same run (the rows of this test interleave their handovers). "
+	for _, sd := range sides {
+		overlaps, hs := checkHandovers(t, readIntervals(t, sd.ns, "app-"), sd.timeline, scenario)
+		logHandovers(t, "BENCH singleton "+sd.label+":", hs)
+		assert.Zero(t, overlaps, "process intervals of the singleton (%s) overlap", sd.label)
+		var gaps, grants []float64
+		for _, h := range hs {
+			gaps = append(gaps, benchMs(h.gap))
+			if h.prestarted {
+				grants = append(grants, benchMs(h.toRun))
+			}
+		}
+		require.NotEmpty(t, gaps, "handovers measured (%s)", sd.label)
+		name, note := "real gap, Wrapper mode (old process exit -> new process start)", fmt.Sprintf(method, len(hs))+
+			"A singleton Deployment with strategy Recreate is not measured here: its new pod is created only after the old one is gone, so "+
+			"its whole start is in the gap, as in the baseline. Where a target is missed: the kubelet's confirmation of the old pod's stop "+
+			"(old exit -> pod gone from the API) is in both gaps, and after a pod deletion the replacement may still be starting when the "+
+			"old pod is gone; the test log splits every gap (logHandovers)."
+		targets := []benchfmt.Target{benchfmt.AtMost("p99", 1000), benchfmt.AtMost("ratio", 0.2)}
+		if sd.image != "" {
+			name = "real gap, " + sd.label + " (old process exit -> new process start)"
+			note = fmt.Sprintf(method, len(hs)) + "The pod names the test app's image in a registry the kubelet pulls from " +
+				"(go-containerregistry's registry on the pod network's gateway, containerd configured for it) and sets no command: in " +
+				"Wrapper mode the webhook-server read the image's ENTRYPOINT from the registry; in SchedulingGate mode the same pod is " +
+				"gated, as every pod without command was before image configs were read (issue 20)."
+			targets = nil
+		}
 		framework.RecordFigure(t, benchfmt.Figure{
-			Operator: "singleton", Name: "grant -> wrapped process started", Unit: "ms", Where: "real node",
-			Samples: grants,
-			Targets: []benchfmt.Target{benchfmt.AtMost("p99", 50)},
-			Note: "handovers of the figure above whose new pod ran (wrapper waiting) before the release: the harness's watch event of the " +
-				"release (epoch annotation) to the app's own start record (status-sidecar long-poll answered, start signal written, " +
-				"inotify wakes the wrapper, exec). No baseline: nothing native holds a started process.",
+			Operator: "singleton", Name: name, Unit: "ms", Where: "real node",
+			Samples: gaps, Baseline: "plain Deployment, strategy Recreate, same app", BaselineSamples: plainGaps,
+			Targets: targets, Note: note,
 		})
+		if sd.image == "" && len(grants) > 0 {
+			framework.RecordFigure(t, benchfmt.Figure{
+				Operator: "singleton", Name: "grant -> wrapped process started", Unit: "ms", Where: "real node",
+				Samples: grants,
+				Targets: []benchfmt.Target{benchfmt.AtMost("p99", 50)},
+				Note: "handovers of the Wrapper-mode figure above whose new pod ran (wrapper waiting) before the release: the harness's watch " +
+					"event of the release (epoch annotation) to the app's own start record (status-sidecar long-poll answered, start signal " +
+					"written, inotify wakes the wrapper, exec). No baseline: nothing native holds a started process.",
+			})
+		}
 	}
 }
 

@@ -79,7 +79,9 @@ func applyRealNodeSingleton(t *testing.T, ns, name string, mode singletonv1.Hold
 }
 
 // singletonAppTemplate is the pod template of the test app under the singleton name, on the real node.
-func singletonAppTemplate(t *testing.T, name string) corev1.PodTemplateSpec {
+// With image set the pod runs that image of the test app without a command (its ENTRYPOINT), as most
+// pods do (framework.ServeTestAppRegistry).
+func singletonAppTemplate(t *testing.T, name, image string) corev1.PodTemplateSpec {
 	t.Helper()
 	pod := framework.TestAppPod(name, "--shutdown-seconds=0.2")
 	pod.Spec.Containers[0].Command = []string{"/testapp"} // Wrapper mode needs the command in the spec
@@ -89,6 +91,10 @@ func singletonAppTemplate(t *testing.T, name string) corev1.PodTemplateSpec {
 	require.NoError(t, err)
 	pod.Spec.HostAliases = []corev1.HostAlias{{IP: grantSvc.Spec.ClusterIP, Hostnames: []string{"singleton-operator-grant.singleton-operator-system.svc"}}}
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10)
+	if image != "" {
+		c := &pod.Spec.Containers[0]
+		c.Image, c.Command, c.ImagePullPolicy = image, nil, corev1.PullIfNotPresent
+	}
 	return corev1.PodTemplateSpec{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec}
 }
 
@@ -96,14 +102,6 @@ func singletonAppTemplate(t *testing.T, name string) corev1.PodTemplateSpec {
 // app without a command (its ENTRYPOINT), as most pods do.
 func singletonHandovers(t *testing.T, mode singletonv1.HoldMode, image string) {
 	label := string(mode)
-	template := func(name string) corev1.PodTemplateSpec {
-		tmpl := singletonAppTemplate(t, name)
-		if image != "" {
-			c := &tmpl.Spec.Containers[0]
-			c.Image, c.Command, c.ImagePullPolicy = image, nil, corev1.PullIfNotPresent
-		}
-		return tmpl
-	}
 	if image != "" {
 		label += " (image without command)"
 	}
@@ -165,7 +163,7 @@ func singletonHandovers(t *testing.T, mode singletonv1.HoldMode, image string) {
 			Replicas: ptr.To[int32](1),
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "app"}},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Template: template("app"),
+			Template: singletonAppTemplate(t, "app", image),
 		},
 	}
 	_, err := framework.Clientset.AppsV1().Deployments(ns).Create(t.Context(), dep, metav1.CreateOptions{})
@@ -233,7 +231,7 @@ func singletonHandovers(t *testing.T, mode singletonv1.HoldMode, image string) {
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "sts"}},
 			// Held pods are never Ready: OrderedReady would wait for them forever.
 			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Template:            template("sts"),
+			Template:            singletonAppTemplate(t, "sts", image),
 		},
 	}
 	_, err = framework.Clientset.AppsV1().StatefulSets(ns).Create(t.Context(), sts, metav1.CreateOptions{})

@@ -65,7 +65,7 @@ func TestSingletonUpgradeUnderLoad(t *testing.T) {
 
 	// The Deployment: RollingUpdate, so a deleted or rolled-out pod's successor is created at once
 	// (beside the old pod) and is held while the old one stops.
-	tmpl := singletonAppTemplate(t, "app")
+	tmpl := singletonAppTemplate(t, "app", "")
 	tmpl.Spec.TerminationGracePeriodSeconds = ptr.To[int64](upgradeGracePeriod)
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "app"},
