@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/stretchr/testify/require"
@@ -35,6 +36,19 @@ func ServeTestAppRegistry(t *testing.T) string {
 	host := listener.Addr().String()
 
 	img, err := tarball.ImageFromPath(filepath.Join(RealNode.Cluster.ImagesDir(), "testapp.tar"), nil)
+	require.NoError(t, err)
+	// Pushed as is, the image would have the imported one's config (so its ID) under another manifest
+	// digest, and containerd 1.6's CRI image store, which keys images by ID, then stops finding the
+	// imported name: pods that run it with imagePullPolicy Never failed with ErrImageNeverPull after a
+	// pod had pulled this one. A label of its own gives it its own ID; the layers are shared.
+	cf, err := img.ConfigFile()
+	require.NoError(t, err)
+	cf = cf.DeepCopy()
+	if cf.Config.Labels == nil {
+		cf.Config.Labels = map[string]string{}
+	}
+	cf.Config.Labels["dev.statefulops.e2e/served-by"] = "ServeTestAppRegistry"
+	img, err = mutate.ConfigFile(img, cf)
 	require.NoError(t, err)
 	ref, err := name.ParseReference(host + "/" + strings.TrimPrefix(testAppImage(), "docker.io/"))
 	require.NoError(t, err)
