@@ -131,50 +131,45 @@ func KubectlOnRealNode(t *testing.T, args ...string) (string, error) {
 // characters) in a container of pod, on the real node, by the pod's cgroup.
 func ContainerPID(t *testing.T, pod *corev1.Pod, comm string) int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
 	// cgroupfs names the pod's cgroup pod<uid>, the systemd driver pod<uid with underscores>.
 	uid := string(pod.UID)
 	ids := []string{"pod" + uid, "pod" + strings.ReplaceAll(uid, "-", "_")}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	return hostPID(t, fmt.Sprintf("%s process of pod %s/%s", comm, pod.Namespace, pod.Name), func(pid int) bool {
 		name, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 		if err != nil || strings.TrimSpace(string(name)) != comm {
-			continue
+			return false
 		}
 		cgroup, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		if err == nil && (strings.Contains(string(cgroup), ids[0]) || strings.Contains(string(cgroup), ids[1])) {
-			return pid
-		}
-	}
-	t.Fatalf("no %s process of pod %s/%s on this host", comm, pod.Namespace, pod.Name)
-	return 0
+		return err == nil && (strings.Contains(string(cgroup), ids[0]) || strings.Contains(string(cgroup), ids[1]))
+	})
 }
 
 // TestAppPID finds the host PID of the test app running as pod ns/name on the real node, by the
 // downward-API identity in its environment.
 func TestAppPID(t *testing.T, ns, name string) int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	require.NoError(t, err)
 	want := []string{"POD_NAME=" + name, "POD_NAMESPACE=" + ns}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	return hostPID(t, fmt.Sprintf("test-app process of pod %s/%s", ns, name), func(pid int) bool {
 		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 		if err != nil {
-			continue
+			return false
 		}
 		vars := strings.Split(string(environ), "\x00")
-		if slices.Contains(vars, want[0]) && slices.Contains(vars, want[1]) {
+		return slices.Contains(vars, want[0]) && slices.Contains(vars, want[1])
+	})
+}
+
+// hostPID returns the first process of this host that match accepts, and fails the test when there is
+// none.
+func hostPID(t *testing.T, what string, match func(pid int) bool) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && match(pid) {
 			return pid
 		}
 	}
-	t.Fatalf("no test-app process of pod %s/%s on this host", ns, name)
+	t.Fatalf("no %s on this host", what)
 	return 0
 }

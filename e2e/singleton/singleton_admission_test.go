@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -107,7 +109,7 @@ func TestSingletonAdmissionOnTheRealNode(t *testing.T) {
 	// a stopping replica drains (--shutdown-delay) before it stops. Dry-run creations go through
 	// admission, the webhook included, and leave nothing behind.
 	t.Run("rolling restart refuses nothing", func(t *testing.T) {
-		creations := startDryRunCreations(t, ns)
+		creations := startDryRunCreations(t, ns, "db", 200*time.Millisecond)
 		time.Sleep(2 * time.Second) // creations before the restart too
 		_, err := framework.Kubectl().Run(t.Context(), "rollout", "restart", "-n", framework.SingletonNamespace, "deployment/"+framework.WebhookDeployment)
 		require.NoError(t, err)
@@ -116,7 +118,7 @@ func TestSingletonAdmissionOnTheRealNode(t *testing.T) {
 		// The last old replica drains, then stops, after the rollout is complete.
 		require.Eventually(t, func() bool { return len(webhookPods(t)) == 2 }, 2*time.Minute, framework.Tick, "the old webhook server pods are gone")
 		time.Sleep(2 * time.Second)
-		created, refusals := creations()
+		created, refusals := creations.finish()
 		t.Logf("webhook server rolling restart: %d pod creations, %d refused", created, len(refusals))
 		assert.Empty(t, refusals, "pod creations refused during the rolling restart")
 		assert.Greater(t, created, 20, "creations ran throughout the restart")
@@ -137,7 +139,7 @@ func TestSingletonAdmissionOnTheRealNode(t *testing.T) {
 		victim := pods[0]
 		restarts := victim.Status.ContainerStatuses[0].RestartCount
 		pid := framework.ContainerPID(t, &victim, "webhook-server")
-		creations := startDryRunCreations(t, ns)
+		creations := startDryRunCreations(t, ns, "db", 200*time.Millisecond)
 		time.Sleep(2 * time.Second)
 		killed := time.Now()
 		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
@@ -147,7 +149,7 @@ func TestSingletonAdmissionOnTheRealNode(t *testing.T) {
 		}, 2*time.Minute, framework.Tick, "the killed replica restarted and Ready")
 		back := time.Since(killed)
 		time.Sleep(2 * time.Second)
-		created, refusals := creations()
+		created, refusals := creations.finish()
 		t.Logf("webhook server replica %s SIGKILLed: %d pod creations, %d refused; the replica Ready again %s later",
 			victim.Name, created, len(refusals), back.Round(time.Millisecond))
 		for _, r := range refusals {
@@ -181,37 +183,66 @@ type refusal struct {
 	err string
 }
 
-// startDryRunCreations creates a pod in ns through admission every 200 ms (dry-run: the webhook is
-// called, nothing is left behind) until the returned function is called, which returns how many
-// creations were tried and those refused.
-func startDryRunCreations(t *testing.T, ns string) func() (created int, refusals []refusal) {
-	t.Helper()
-	stop, done := make(chan struct{}), make(chan struct{})
-	var created int
-	var refusals []refusal
+// dryRunCreations creates a pod of a singleton with server-side dry-run (admission runs, the webhook
+// included; nothing is left behind) at a fixed interval and records the refusals, while the webhook
+// server is rolled, upgraded or loses a replica.
+type dryRunCreations struct {
+	mu                   sync.Mutex
+	created, lastCreated int
+	refusals             []refusal
+	lastRefused          int
+	stop, done           chan struct{}
+	once                 sync.Once
+}
+
+// startDryRunCreations starts creating a pod labelled app=<app> in ns every interval until finish
+// (or the end of the test).
+func startDryRunCreations(t *testing.T, ns, app string, every time.Duration) *dryRunCreations {
+	l := &dryRunCreations{stop: make(chan struct{}), done: make(chan struct{})}
+	ctx := t.Context()
 	go func() {
-		defer close(done)
-		tick := time.NewTicker(200 * time.Millisecond)
+		defer close(l.done)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-l.stop:
 				return
 			case <-tick.C:
 			}
 			sent := time.Now()
-			_, err := framework.Clientset.CoreV1().Pods(ns).Create(context.WithoutCancel(t.Context()), appPod("db-", "db"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			created++
-			if err != nil {
-				refusals = append(refusals, refusal{at: sent, err: err.Error()})
+			_, err := framework.Clientset.CoreV1().Pods(ns).Create(ctx, appPod("dryrun-", app), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if ctx.Err() != nil {
+				return // the test ended: not a refusal
 			}
+			l.mu.Lock()
+			l.created++
+			if err != nil {
+				l.refusals = append(l.refusals, refusal{at: sent, err: err.Error()})
+			}
+			l.mu.Unlock()
 		}
 	}()
-	return func() (int, []refusal) {
-		close(stop)
-		<-done
-		return created, refusals
-	}
+	t.Cleanup(func() { l.finish() })
+	return l
+}
+
+// window returns the creations and refusals since the last call.
+func (l *dryRunCreations) window() (created, refused int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	created, refused = l.created-l.lastCreated, len(l.refusals)-l.lastRefused
+	l.lastCreated, l.lastRefused = l.created, len(l.refusals)
+	return created, refused
+}
+
+// finish stops the loop and returns how many creations were tried and those refused.
+func (l *dryRunCreations) finish() (created int, refusals []refusal) {
+	l.once.Do(func() { close(l.stop) })
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.created, slices.Clone(l.refusals)
 }
 
 // webhookPods returns the webhook server's pods.

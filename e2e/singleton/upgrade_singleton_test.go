@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -61,7 +60,7 @@ func TestSingletonUpgradeUnderLoad(t *testing.T) {
 	ns := newSingletonNamespace(t, singletonv1.HoldModeWrapper)
 	timeline := watchPodTimeline(t, ns)
 	watchReleased(t, ns) // asserts its own count (two released, non-terminal pods at once) at the end
-	creations := upgradeStartCreationLoop(t, ns)
+	creations := startDryRunCreations(t, ns, "app", 500*time.Millisecond)
 
 	// The Deployment: RollingUpdate, so a deleted or rolled-out pod's successor is created at once
 	// (beside the old pod) and is held while the old one stops.
@@ -237,7 +236,8 @@ func TestSingletonUpgradeUnderLoad(t *testing.T) {
 	apiOverlaps := overlappingIntervals(releasedIntervals(timeline))
 	releases, rule := timeline.revisionRule()
 	total := overlaps + apiOverlaps + len(rule)
-	created, refused, refusals := creations.finish()
+	created, refusals := creations.finish()
+	refused := len(refusals)
 	t.Logf("SINGLETON upgrade: %d handovers, %d overlapping process intervals, %d overlapping released intervals, %d of %d releases chose an older revision; %d dry-run pod creations, %d refused",
 		len(hs), overlaps, apiOverlaps, len(rule), releases, created, refused)
 	t.Logf("upgrade: %s: %d moves, %d operations in flight across moves, %d violations, leadership after each move: %v",
@@ -360,64 +360,4 @@ func upgradeLeader(t *testing.T) string {
 	require.NotNil(t, l.Spec.HolderIdentity)
 	name, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
 	return name
-}
-
-// upgradeCreationLoop creates a pod of the singleton with server-side dry-run (admission runs, the
-// webhook included; nothing is left behind) every 0.5 s and counts the refusals, as the subtest
-// "rolling restart refuses nothing" of TestSingletonAdmissionOnTheRealNode does for a rolling restart.
-type upgradeCreationLoop struct {
-	mu                      sync.Mutex
-	created, refused        int
-	lastCreated, lastRefuse int
-	refusals                []string
-	stop, done              chan struct{}
-	once                    sync.Once
-}
-
-func upgradeStartCreationLoop(t *testing.T, ns string) *upgradeCreationLoop {
-	l := &upgradeCreationLoop{stop: make(chan struct{}), done: make(chan struct{})}
-	ctx := t.Context()
-	go func() {
-		defer close(l.done)
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-l.stop:
-				return
-			case <-tick.C:
-			}
-			_, err := framework.Clientset.CoreV1().Pods(ns).Create(ctx, appPod("dryrun-", "app"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			if ctx.Err() != nil {
-				return // the test ended: not a refusal
-			}
-			l.mu.Lock()
-			l.created++
-			if err != nil {
-				l.refused++
-				l.refusals = append(l.refusals, time.Now().Format(time.StampMilli)+": "+err.Error())
-			}
-			l.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { l.finish() })
-	return l
-}
-
-// window returns the creations and refusals since the last call.
-func (l *upgradeCreationLoop) window() (created, refused int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	created, refused = l.created-l.lastCreated, l.refused-l.lastRefuse
-	l.lastCreated, l.lastRefuse = l.created, l.refused
-	return created, refused
-}
-
-// finish stops the loop and returns its totals.
-func (l *upgradeCreationLoop) finish() (created, refused int, refusals []string) {
-	l.once.Do(func() { close(l.stop) })
-	<-l.done
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.created, l.refused, slices.Clone(l.refusals)
 }
