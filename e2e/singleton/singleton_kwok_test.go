@@ -192,13 +192,35 @@ func setOutOfService(t *testing.T, node string, on bool) {
 	})
 }
 
+// exitReported reports whether pod is terminating and its status-sidecar reported that every app
+// container's processes are gone (the annotation names every container but the sidecar).
+func exitReported(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp == nil {
+		return false
+	}
+	reported := strings.Split(pod.Annotations[singletonv1.AnnotationExited], ",")
+	for _, c := range pod.Spec.Containers {
+		if c.Name != singletonv1.SidecarContainerName && !slices.Contains(reported, c.Name) {
+			return false
+		}
+	}
+	return true
+}
+
 // killOperator SIGKILLs the singleton operator's process on the real node (no shutdown, no lease
 // release); the kubelet restarts the container, and the new process waits out the old leader's lease.
 func killOperator(t *testing.T) {
 	t.Helper()
+	require.NoError(t, syscall.Kill(operatorPID(t), syscall.SIGKILL))
+	t.Logf("singleton operator SIGKILLed")
+}
+
+// operatorPID is the host PID of the singleton operator's one process on the real node.
+func operatorPID(t *testing.T) int {
+	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	require.NoError(t, err)
-	killed := 0
+	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -212,17 +234,16 @@ func killOperator(t *testing.T) {
 		if err != nil || !slices.Contains(strings.Split(string(environ), "\x00"), "POD_NAMESPACE="+framework.SingletonNamespace) {
 			continue
 		}
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
-			killed++
-		}
+		pids = append(pids, pid)
 	}
-	require.Equal(t, 1, killed, "the operator's process was found and killed")
-	t.Logf("singleton operator SIGKILLed")
+	require.Len(t, pids, 1, "the operator's processes")
+	return pids[0]
 }
 
 // watchReleased is the API-level invariant checker: it counts the pod events after which two pods of
 // one singleton of the namespace (same apps.statefulsingleton.com/singleton label) carry the epoch
-// annotation and are not terminal.
+// annotation and are not terminal, nor terminating with the exit of every app container reported
+// (exitReported). The process-level checker (checkHandovers) is the ground truth for the latter.
 func watchReleased(t *testing.T, ns string) {
 	t.Helper()
 	w, err := framework.Clientset.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
@@ -243,7 +264,7 @@ func watchReleased(t *testing.T, ns string) {
 				released[singleton] = map[types.UID]bool{}
 			}
 			terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-			released[singleton][pod.UID] = ev.Type != watch.Deleted && !terminal && pod.Annotations[singletonv1.AnnotationEpoch] != ""
+			released[singleton][pod.UID] = ev.Type != watch.Deleted && !terminal && !exitReported(pod) && pod.Annotations[singletonv1.AnnotationEpoch] != ""
 			n := 0
 			for _, r := range released[singleton] {
 				if r {

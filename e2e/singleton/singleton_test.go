@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -198,7 +199,7 @@ func singletonHandovers(t *testing.T, mode singletonv1.HoldMode, image string) {
 		})
 	}
 
-	const rounds = 3
+	const rounds = 5
 	for i := range rounds {
 		step("app", "Recreate rollout", func() { rollout(i) })
 	}
@@ -216,6 +217,16 @@ func singletonHandovers(t *testing.T, mode singletonv1.HoldMode, image string) {
 	}
 	for range 3 {
 		step("app", "kubectl drain", func() { drainRealNode(t, ns, activePod("app"), "app=app") })
+		waitDeploymentSettled(t, ns)
+	}
+	if mode == singletonv1.HoldModeWrapper {
+		// Chaos in the middle of exit reports: the old pod's status-sidecar, or the operator, is
+		// SIGKILLed while the old app is stopping (deleteAndKill says what follows). Never overlapping.
+		for range 2 {
+			step("app", "delete, sidecar killed", func() { deleteAndKill(t, ns, activePod("app"), singletonv1.SidecarContainerName) })
+			waitDeploymentSettled(t, ns)
+		}
+		step("app", "delete, operator killed", func() { deleteAndKill(t, ns, activePod("app"), "") })
 		waitDeploymentSettled(t, ns)
 	}
 	appHandovers := singletonEpoch(t, ns, "app") - appEpoch0
@@ -276,10 +287,16 @@ func singletonHandovers(t *testing.T, mode singletonv1.HoldMode, image string) {
 
 	overlaps := 0
 	var all []handover
+	reported := 0
 	for _, app := range []string{"app", "sts"} {
 		n, hs := checkHandovers(t, readIntervals(t, ns, app+"-"), timeline, scenarioAt)
 		overlaps += n
 		all = append(all, hs...)
+		for _, h := range hs {
+			if h.reported {
+				reported++
+			}
+		}
 	}
 	logHandovers(t, fmt.Sprintf("SINGLETON %s mode:", label), all)
 	var gaps []time.Duration
@@ -297,6 +314,35 @@ func singletonHandovers(t *testing.T, mode singletonv1.HoldMode, image string) {
 	assert.Zero(t, overlaps, "process intervals overlap")
 	assert.Empty(t, violations, "a release chose an older revision than a held pod's")
 	assert.GreaterOrEqual(t, appHandovers+stsHandovers, int64(20), "handovers exercised")
+	if mode == singletonv1.HoldModeWrapper {
+		// Every RollingUpdate rollout, pod deletion and drain of the Deployment, and every StatefulSet
+		// handover whose old pod stopped cleanly, can go on the exit report.
+		assert.GreaterOrEqual(t, reported, 2*rounds, "handovers on the old pod's exit report")
+	} else {
+		assert.Zero(t, reported, "exit reports in SchedulingGate mode (no sidecar)")
+	}
+}
+
+// deleteAndKill deletes pod ns/name and, while its app stops (the test app takes 200 ms), SIGKILLs its
+// container named sidecar, or with sidecar empty the singleton operator's process. A killed operator
+// loses the report (the sidecar gives up after its 3 s budget; the handover waits for the kubelet and
+// the next leader). A killed sidecar is restarted by the kubelet although the pod is terminating
+// (containerd shows Attempt 1): the new one fences, finds every app exited and reports again.
+func deleteAndKill(t *testing.T, ns, name, sidecar string) {
+	t.Helper()
+	pod, err := framework.FetchPod(t, ns, name)
+	require.NoError(t, err)
+	// Found before the deletion: a scan of /proc takes long enough for the report to be made meanwhile.
+	var pid int
+	if sidecar == "" {
+		pid, sidecar = operatorPID(t), "the singleton operator"
+	} else {
+		pid = framework.ContainerPID(t, pod, sidecar)
+	}
+	require.NoError(t, framework.Clientset.CoreV1().Pods(ns).Delete(t.Context(), name, metav1.DeleteOptions{}))
+	time.Sleep(50 * time.Millisecond)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	t.Logf("deleted pod %s and SIGKILLed %s (process %d) 50 ms later", name, sidecar, pid)
 }
 
 // assertHoldMode checks that the webhook held pod in mode, without falling back.

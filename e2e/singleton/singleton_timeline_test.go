@@ -35,6 +35,7 @@ type podTimes struct {
 	running  time.Time // first seen with every container running (a Wrapper pod waiting for its grant)
 	released time.Time // first seen with the epoch annotation (the operator's release)
 	gone     time.Time // first seen terminal, or deleted from the API
+	exited   time.Time // first seen with the exit report (AnnotationExited): its sidecar saw every app exit
 }
 
 // podTimeline watches every pod of a namespace and records when each was created, released and gone,
@@ -129,6 +130,9 @@ func watchPodTimeline(t *testing.T, ns string) *podTimeline {
 			if pt.running.IsZero() && allRunning(pod) {
 				pt.running = now
 			}
+			if pt.exited.IsZero() && pod.Annotations[singletonv1.AnnotationExited] != "" {
+				pt.exited = now
+			}
 			if pt.gone.IsZero() && (ev.Type == watch.Deleted || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
 				pt.gone = now
 			}
@@ -217,15 +221,16 @@ func readIntervals(t *testing.T, ns, prefix string) []*interval {
 }
 
 // handover is one measured gap between two consecutive processes of a singleton, split by what the
-// test's pod watch saw: old process exit → old pod gone from the API or terminal (the kubelet) → new
-// pod released (the operator) → new process started (the grant path, or for a pod created after the
-// release also the pod's start).
+// test's pod watch saw: old process exit → old pod out of the way (its exit report, or gone from the
+// API or terminal: the kubelet) → new pod released (the operator) → new process started (the grant
+// path, or for a pod created after the release also the pod's start).
 type handover struct {
 	scenario                 string
 	from, to                 string
 	gap                      time.Duration
 	toGone, toRelease, toRun time.Duration
 	prestarted               bool // the new pod existed before the release (its start was not in the gap)
+	reported                 bool // the old pod's exit report came before it was gone (Wrapper mode)
 }
 
 // checkHandovers counts overlapping process intervals among ivs (the invariant: must be 0) and returns
@@ -255,9 +260,13 @@ func checkHandovers(t *testing.T, ivs []*interval, tl *podTimeline, scenarioAt f
 			continue
 		}
 		h := handover{scenario: scenarioAt(next.start), from: prev.pod, to: next.pod, gap: next.start.Sub(stop)}
-		if !old.gone.IsZero() && !cur.released.IsZero() {
-			h.toGone = old.gone.Sub(stop)
-			h.toRelease = cur.released.Sub(old.gone)
+		cleared := old.gone
+		if !old.exited.IsZero() && (cleared.IsZero() || old.exited.Before(cleared)) {
+			cleared, h.reported = old.exited, true
+		}
+		if !cleared.IsZero() && !cur.released.IsZero() {
+			h.toGone = cleared.Sub(stop)
+			h.toRelease = cur.released.Sub(cleared)
 			h.toRun = next.start.Sub(cur.released)
 			h.prestarted = !cur.running.IsZero() && cur.running.Before(cur.released)
 		}
@@ -269,10 +278,15 @@ func checkHandovers(t *testing.T, ivs []*interval, tl *podTimeline, scenarioAt f
 // logHandovers prints every handover and the percentiles of the gap and of its parts.
 func logHandovers(t *testing.T, label string, hs []handover) {
 	t.Helper()
-	var gaps, gone, rel, runPre, runLate []time.Duration
+	var gaps, gone, rel, runPre, runLate, reported []time.Duration
 	for _, h := range hs {
-		t.Logf("%s handover %-22s %s → %s: gap %s = old exit→old pod gone %s + →released %s + →new process started %s (new pod running before the release: %t)",
-			label, h.scenario, h.from, h.to, h.gap.Round(time.Millisecond), h.toGone.Round(time.Millisecond),
+		cleared := "old pod gone"
+		if h.reported {
+			cleared = "exit reported"
+			reported = append(reported, h.gap)
+		}
+		t.Logf("%s handover %-22s %s → %s: gap %s = old exit→%s %s + →released %s + →new process started %s (new pod running before the release: %t)",
+			label, h.scenario, h.from, h.to, h.gap.Round(time.Millisecond), cleared, h.toGone.Round(time.Millisecond),
 			h.toRelease.Round(time.Millisecond), h.toRun.Round(time.Millisecond), h.prestarted)
 		gaps = append(gaps, h.gap)
 		gone = append(gone, h.toGone)
@@ -286,7 +300,8 @@ func logHandovers(t *testing.T, label string, hs []handover) {
 	pct := func(ds []time.Duration) string {
 		return fmt.Sprintf("p50 %s p99 %s (n=%d)", singletonPercentile(ds, 50), singletonPercentile(ds, 99), len(ds))
 	}
-	t.Logf("%s gap parts: old exit→old pod gone %s; old pod gone→release %s; release→process start, pod already running (the grant path) %s; release→process start, pod not yet running at the release %s",
+	t.Logf("%s handovers on the old pod's exit report: %d of %d, gap %s", label, len(reported), len(hs), pct(reported))
+	t.Logf("%s gap parts: old exit→old pod gone or exit reported %s; old pod gone→release %s; release→process start, pod already running (the grant path) %s; release→process start, pod not yet running at the release %s",
 		label, pct(gone), pct(rel), pct(runPre), pct(runLate))
 	byScenario := map[string][]time.Duration{}
 	for _, h := range hs {

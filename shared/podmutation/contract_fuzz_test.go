@@ -2,6 +2,7 @@ package podmutation
 
 import (
 	"encoding/json"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -19,8 +20,10 @@ import (
 // everything it had that the mutation does not own, the readiness gate and the anti-affinity term are
 // there exactly once, the grace period follows spec.terminationGracePeriod and respectPodGracePeriod,
 // the singleton label is a valid label value for every valid object name, and in Wrapper mode every app
-// container gets its original argv back exactly (the kubelet turns the doubled $$ back into $) and can
-// reach the wrapper and the signal directory.
+// container gets its original argv back exactly (the kubelet turns the doubled $$ back into $), its own
+// name, and exactly our mounts of the wrapper, the signal (read-only) and the exit directory
+// (read-write), the sidecar waits for exactly the wrapped containers, and a container another webhook
+// adds afterwards is wrapped and waited for when the mutation runs again.
 func FuzzMutateContract(f *testing.F) {
 	f.Add([]byte(`{"metadata":{"name":"p","labels":{"app":"db"}},"spec":{"containers":[{"name":"app","image":"x","command":["/app"],"args":["a b","$(HOME)","$$x"]}]}}`),
 		"db", uint8(0), int32(30), uint8(0))
@@ -38,6 +41,11 @@ func FuzzMutateContract(f *testing.F) {
 		"s", uint8(0), int32(30), uint8(0))
 	f.Add([]byte(`{"metadata":{"annotations":{"apps.statefulsingleton.com/hold-mode":"Bogus"}},"spec":{"containers":[{"name":"app","image":"x","command":["/app"]}]}}`),
 		"s", uint8(1), int32(30), uint8(0))
+	f.Add([]byte(`{"spec":{"containers":[{"name":"a","image":"x","command":["/a"],"env":[{"name":"STATEFULSINGLETON_CONTAINER","value":"b"}],"volumeMounts":[{"name":"statefulsingleton-signal","mountPath":"/var/run/signal"},{"name":"statefulsingleton-signal","mountPath":"/var/run/signal/"}]},{"name":"b","image":"y","command":["/b"]}]}}`),
+		"s", uint8(0), int32(30), uint8(0))
+	// A pod admitted by the webhook before the exit report (no exit volume, mounts or variables).
+	f.Add([]byte(`{"metadata":{"annotations":{"apps.statefulsingleton.com/hold-mode":"Wrapper"}},"spec":{"containers":[{"name":"status-sidecar","image":"s","command":["/status-sidecar"],"volumeMounts":[{"name":"statefulsingleton-signal","mountPath":"/var/run/signal"},{"name":"statefulsingleton-wrapper","mountPath":"/opt/wrapper"}]},{"name":"app","image":"x","command":["/opt/wrapper/singleton-wrapper"],"env":[{"name":"ORIGINAL_ENTRYPOINT","value":"[\"/app\"]"}],"volumeMounts":[{"name":"statefulsingleton-wrapper","mountPath":"/opt/wrapper","readOnly":true},{"name":"statefulsingleton-signal","mountPath":"/var/run/signal","readOnly":true}]}],"volumes":[{"name":"statefulsingleton-signal","emptyDir":{"medium":"Memory"}},{"name":"statefulsingleton-wrapper","emptyDir":{}}]}}`),
+		"s", uint8(0), int32(30), uint8(0))
 	f.Fuzz(func(t *testing.T, raw []byte, name string, mode uint8, grace int32, respect uint8) {
 		pod := &corev1.Pod{}
 		if json.Unmarshal(raw, pod) != nil || !namesUnique(pod) {
@@ -96,6 +104,7 @@ func FuzzMutateContract(f *testing.F) {
 			}
 		case singletonv1.HoldModeWrapper:
 			checkWrapped(t, pod, out)
+			checkAddedContainer(t, out, ss)
 		default:
 			t.Fatalf("hold mode %q: the operator would not recognise the hold", out.Annotations[singletonv1.AnnotationHoldMode])
 		}
@@ -113,10 +122,12 @@ func checkWrapped(t *testing.T, pod, out *corev1.Pod) {
 	if !isWrapped(pod) && (len(out.Spec.Containers) == 0 || out.Spec.Containers[0].Name != singletonv1.SidecarContainerName) {
 		t.Fatal("the status-sidecar is not the first container")
 	}
+	var apps []string
 	for _, c := range out.Spec.Containers {
 		if c.Name == singletonv1.SidecarContainerName {
 			continue
 		}
+		apps = append(apps, c.Name)
 		entry := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == singletonv1.EnvOriginalEntrypoint })
 		if n := countFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == singletonv1.EnvOriginalEntrypoint }); n != 1 || entry != len(c.Env)-1 {
 			t.Fatalf("container %q: %d %s variables, the last at %d of %d", c.Name, n, singletonv1.EnvOriginalEntrypoint, entry, len(c.Env))
@@ -132,11 +143,74 @@ func checkWrapped(t *testing.T, pod, out *corev1.Pod) {
 				t.Fatalf("container %q: the wrapper gets %q, the app had %q", c.Name, argv, want)
 			}
 		}
-		for _, dir := range []string{singletonv1.WrapperDir, singletonv1.SignalDir} {
-			if countFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == dir }) != 1 {
-				t.Fatalf("container %q does not mount %s exactly once: %v", c.Name, dir, c.VolumeMounts)
+		// The wrapper learns its own container's name (its files in the exit directory), once, from us.
+		if n := countFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == singletonv1.EnvContainerName }); n != 1 || entry < 1 ||
+			!equality.Semantic.DeepEqual(c.Env[entry-1], corev1.EnvVar{Name: singletonv1.EnvContainerName, Value: c.Name}) {
+			t.Fatalf("container %q: %d %s variables, before %s: %+v", c.Name, n, singletonv1.EnvContainerName, singletonv1.EnvOriginalEntrypoint, c.Env)
+		}
+		// Each of our directories holds exactly our mount, and nothing is mounted inside it: the signal
+		// and the wrapper read-only (the app can neither start itself nor lift the stop fence), the exit
+		// directory read-write (the wrapper's state and lock).
+		for _, want := range wantedMounts {
+			at := slices.DeleteFunc(slices.Clone(c.VolumeMounts), func(m corev1.VolumeMount) bool {
+				p := path.Clean(m.MountPath)
+				return m.Name != want.Name && p != want.MountPath && !strings.HasPrefix(p, want.MountPath+"/")
+			})
+			if len(at) != 1 || !equality.Semantic.DeepEqual(at[0], want) {
+				t.Fatalf("container %q: the mounts of %s or %s are %+v, want exactly %+v", c.Name, want.Name, want.MountPath, at, want)
 			}
 		}
+	}
+	exit := slices.IndexFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == singletonv1.ExitVolumeName })
+	if exit < 0 {
+		t.Fatalf("no volume %s", singletonv1.ExitVolumeName)
+	}
+	if !isWrapped(pod) {
+		if v := out.Spec.Volumes[exit].EmptyDir; v == nil || v.Medium != corev1.StorageMediumMemory || v.SizeLimit == nil || v.SizeLimit.String() != "1Mi" {
+			t.Fatalf("volume %s is not our in-memory emptyDir of 1Mi: %+v", singletonv1.ExitVolumeName, out.Spec.Volumes[exit])
+		}
+	}
+	// The sidecar waits for exactly the wrapped containers, in spec order.
+	if side := findContainer(out.Spec.Containers, singletonv1.SidecarContainerName); side != nil {
+		i := slices.IndexFunc(side.Env, func(e corev1.EnvVar) bool { return e.Name == singletonv1.EnvAppContainers })
+		if n := countFunc(side.Env, func(e corev1.EnvVar) bool { return e.Name == singletonv1.EnvAppContainers }); n != 1 ||
+			side.Env[i].Value != strings.Join(apps, ",") || side.Env[i].ValueFrom != nil {
+			t.Fatalf("the sidecar's %s (%d of them): %+v, the wrapped containers are %q", singletonv1.EnvAppContainers, n, side.Env, apps)
+		}
+		if !isWrapped(pod) && countFunc(side.VolumeMounts, func(m corev1.VolumeMount) bool { return equality.Semantic.DeepEqual(m, wantedExitMount) }) != 1 {
+			t.Fatalf("the sidecar does not mount %s read-write at %s: %+v", singletonv1.ExitVolumeName, singletonv1.ExitDir, side.VolumeMounts)
+		}
+	}
+}
+
+// wantedMounts are the mounts of our volumes in every wrapped app container; the sidecar mounts the exit
+// volume the same way.
+var (
+	wantedExitMount = corev1.VolumeMount{Name: singletonv1.ExitVolumeName, MountPath: "/var/run/statefulsingleton-exit"}
+	wantedMounts    = []corev1.VolumeMount{
+		{Name: singletonv1.WrapperVolumeName, MountPath: "/opt/wrapper", ReadOnly: true},
+		{Name: singletonv1.SignalVolumeName, MountPath: "/var/run/signal", ReadOnly: true},
+		wantedExitMount,
+	}
+)
+
+// checkAddedContainer mutates out again after another webhook added a container to it: the pod keeps
+// its Wrapper hold, the new container is wrapped like the others and the sidecar waits for it too.
+func checkAddedContainer(t *testing.T, out *corev1.Pod, ss *singletonv1.StatefulSingleton) {
+	t.Helper()
+	const added = "added-by-another-webhook"
+	if findContainer(out.Spec.Containers, added) != nil || findContainer(out.Spec.InitContainers, added) != nil {
+		return
+	}
+	in := out.DeepCopy()
+	in.Spec.Containers = append(in.Spec.Containers, corev1.Container{Name: added, Image: "proxy", Command: []string{"/proxy"}, Args: []string{"$(PORT)"}})
+	again := Mutate(in, ss, testConfig)
+	if mode := again.Annotations[singletonv1.AnnotationHoldMode]; mode != string(singletonv1.HoldModeWrapper) {
+		t.Fatalf("mutated again after a container was added: hold %s (%s)", mode, again.Annotations[singletonv1.AnnotationHoldFallback])
+	}
+	checkWrapped(t, in, again)
+	if !equality.Semantic.DeepEqual(again, Mutate(again, ss, testConfig)) {
+		t.Fatal("not idempotent after a container was added")
 	}
 }
 

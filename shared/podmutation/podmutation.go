@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -267,6 +268,13 @@ func wrapperConflict(pod *corev1.Pod) string {
 			if isHoldVolume(v.Name) {
 				return fmt.Sprintf("the pod already has a volume named %q, which the wrapper hold adds; held with the scheduling gate instead", v.Name)
 			}
+			// Only the status-sidecar may hold a token for the grant endpoint: with one of its own, an app
+			// container could report its own exit while it still runs.
+			if v.Projected != nil && slices.ContainsFunc(v.Projected.Sources, func(p corev1.VolumeProjection) bool {
+				return p.ServiceAccountToken != nil && p.ServiceAccountToken.Audience == singletonv1.GrantTokenAudience
+			}) {
+				return fmt.Sprintf("volume %q projects a ServiceAccount token for the audience %q, which only the status-sidecar may hold; held with the scheduling gate instead", v.Name, singletonv1.GrantTokenAudience)
+			}
 		}
 	}
 	for _, c := range pod.Spec.Containers {
@@ -274,20 +282,32 @@ func wrapperConflict(pod *corev1.Pod) string {
 			continue
 		}
 		for _, m := range c.VolumeMounts {
-			if m.MountPath == singletonv1.WrapperDir || m.MountPath == singletonv1.SignalDir {
-				if m.Name != singletonv1.WrapperVolumeName && m.Name != singletonv1.SignalVolumeName {
+			at := path.Clean(m.MountPath)
+			// wrapContainer makes a mount of our volume exactly ours, and would not mount it where the
+			// wrapper looks for it.
+			if want, ours := holdMounts[m.Name]; ours {
+				if at != want {
+					return fmt.Sprintf("container %q mounts volume %q at %s; held with the scheduling gate instead", c.Name, m.Name, m.MountPath)
+				}
+				continue
+			}
+			// Another volume at one of our directories would hide ours; one inside it would lay its own
+			// files over ours (a start signal, the wrapper binary, a state file).
+			for _, dir := range holdMounts {
+				if at == dir || strings.HasPrefix(at, dir+"/") {
 					return fmt.Sprintf("container %q already mounts %s; held with the scheduling gate instead", c.Name, m.MountPath)
 				}
-			}
-			// addMount keeps a mount of our volume elsewhere, and the wrapper would not be where the
-			// container's new command points.
-			if (m.Name == singletonv1.WrapperVolumeName && m.MountPath != singletonv1.WrapperDir) ||
-				(m.Name == singletonv1.SignalVolumeName && m.MountPath != singletonv1.SignalDir) {
-				return fmt.Sprintf("container %q mounts volume %q at %s; held with the scheduling gate instead", c.Name, m.Name, m.MountPath)
 			}
 		}
 	}
 	return ""
+}
+
+// holdMounts maps each volume the wrapper hold mounts in the app containers to where it is mounted.
+var holdMounts = map[string]string{
+	singletonv1.WrapperVolumeName: singletonv1.WrapperDir,
+	singletonv1.SignalVolumeName:  singletonv1.SignalDir,
+	singletonv1.ExitVolumeName:    singletonv1.ExitDir,
 }
 
 // isWrapped reports whether the wrapper hold was already added: the status-sidecar is there (or, for a
@@ -337,12 +357,18 @@ func addWrapperHold(pod *corev1.Pod, cfg Config) {
 				Path:              "token",
 			}}}}}})
 
+	// The wrappers record their app's state here for the sidecar's exit report.
+	addVolume(pod, corev1.Volume{Name: singletonv1.ExitVolumeName, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: ptr.To(resource.MustParse("1Mi"))}}})
+
+	var apps []string
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		if c.Name == singletonv1.SidecarContainerName {
 			continue
 		}
 		wrapContainer(c, cfg.Images[c.Name])
+		apps = append(apps, c.Name)
 	}
 
 	if !isWrapped(pod) {
@@ -352,7 +378,21 @@ func addWrapperHold(pod *corev1.Pod, cfg Config) {
 		}
 		// First: the kubelet starts a pod's containers in order and waits for each postStart hook, so
 		// the sidecar's hook has installed the wrapper before any app container starts.
-		pod.Spec.Containers = append([]corev1.Container{sidecar(cfg)}, pod.Spec.Containers...)
+		pod.Spec.Containers = append([]corev1.Container{sidecar(cfg, apps)}, pod.Spec.Containers...)
+		return
+	}
+	// Mutated before (a re-run, a manifest copied from an admitted pod, or one admitted by an older
+	// webhook): the sidecar there waits for exactly the app containers wrapped now.
+	for i := range pod.Spec.Containers {
+		if c := &pod.Spec.Containers[i]; c.Name == singletonv1.SidecarContainerName {
+			setEnv(c, corev1.EnvVar{Name: singletonv1.EnvAppContainers, Value: strings.Join(apps, ",")})
+			// Unless that container already has something else there (then it is not our sidecar).
+			if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == singletonv1.ExitVolumeName || path.Clean(m.MountPath) == singletonv1.ExitDir
+			}) {
+				c.VolumeMounts = append(c.VolumeMounts, exitMount())
+			}
+		}
 	}
 }
 
@@ -365,7 +405,8 @@ func withUser(sc *corev1.SecurityContext) *corev1.SecurityContext {
 	return sc
 }
 
-func sidecar(cfg Config) corev1.Container {
+// sidecar is the status-sidecar container of a pod whose wrapped app containers are apps (spec order).
+func sidecar(cfg Config, apps []string) corev1.Container {
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
@@ -378,6 +419,8 @@ func sidecar(cfg Config) corev1.Container {
 	if cfg.GrantCA != "" {
 		env = append(env, corev1.EnvVar{Name: "GRANT_CA", Value: cfg.GrantCA})
 	}
+	// Last: addWrapperHold rewrites it the same way on a pod that already has the sidecar.
+	env = append(env, corev1.EnvVar{Name: singletonv1.EnvAppContainers, Value: strings.Join(apps, ",")})
 	return corev1.Container{
 		Name:    singletonv1.SidecarContainerName,
 		Image:   cfg.SidecarImage,
@@ -387,6 +430,7 @@ func sidecar(cfg Config) corev1.Container {
 			{Name: singletonv1.SignalVolumeName, MountPath: singletonv1.SignalDir},
 			{Name: singletonv1.GrantTokenVolumeName, MountPath: singletonv1.GrantTokenDir, ReadOnly: true},
 			{Name: singletonv1.WrapperVolumeName, MountPath: singletonv1.WrapperDir},
+			exitMount(),
 		},
 		// Puts the wrapper (this very binary) where the app containers' new command points, before the
 		// kubelet starts them. If it fails the kubelet restarts the sidecar; the app containers cannot
@@ -408,40 +452,72 @@ func sidecar(cfg Config) corev1.Container {
 // ORIGINAL_ENTRYPOINT: command and args, or for a container without command the argv of its image
 // config img (imageArgv). The kubelet expands $(VAR) in env values as it does in command and args; every $
 // is doubled so the JSON reaches the wrapper verbatim, and the wrapper expands $(VAR) itself with the
-// kubelet's rules, so the argv the app finally gets is the one it would have got unwrapped.
+// kubelet's rules, so the argv the app finally gets is the one it would have got unwrapped. The
+// container also gets its own name (EnvContainerName) and the wrapper's mounts, exactly as below: a
+// container already wrapped (a re-run, or a pod admitted by an older webhook) keeps its
+// ORIGINAL_ENTRYPOINT and gets whatever of the rest it lacks.
 func wrapContainer(c *corev1.Container, img ImageEntrypoint) {
-	if slices.Equal(c.Command, []string{singletonv1.WrapperBinary}) && hasEnv(c, singletonv1.EnvOriginalEntrypoint) {
+	var entry corev1.EnvVar
+	last := -1 // the kubelet takes the last variable of the same name
+	for i, e := range c.Env {
+		if e.Name == singletonv1.EnvOriginalEntrypoint {
+			last = i
+		}
+	}
+	if slices.Equal(c.Command, []string{singletonv1.WrapperBinary}) && last >= 0 {
+		entry = c.Env[last]
+	} else {
+		argv := append(slices.Clone(c.Command), c.Args...)
+		if len(c.Command) == 0 {
+			argv = imageArgv(c, img)
+		}
+		raw, _ := json.Marshal(argv) // a []string always marshals
+		entry = corev1.EnvVar{Name: singletonv1.EnvOriginalEntrypoint, Value: strings.ReplaceAll(string(raw), "$", "$$")}
+		c.Command = []string{singletonv1.WrapperBinary}
+		c.Args = nil
+	}
+	// Last, so that nothing the app defines is shadowed; a variable of the app under one of these names
+	// is dropped (ours would win anyway: the kubelet takes the last of a name).
+	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == singletonv1.EnvOriginalEntrypoint || e.Name == singletonv1.EnvContainerName
+	})
+	c.Env = append(c.Env, corev1.EnvVar{Name: singletonv1.EnvContainerName, Value: c.Name}, entry)
+	setMount(c, corev1.VolumeMount{Name: singletonv1.WrapperVolumeName, MountPath: singletonv1.WrapperDir, ReadOnly: true})
+	// Read-only: only the sidecar may give the start signal, or fence the start off once the pod stops.
+	setMount(c, corev1.VolumeMount{Name: singletonv1.SignalVolumeName, MountPath: singletonv1.SignalDir, ReadOnly: true})
+	// Read-write: the wrapper writes its app's state and holds its lock there.
+	setMount(c, exitMount())
+}
+
+// exitMount is the exit volume's mount, read-write, in the app containers and the sidecar.
+func exitMount() corev1.VolumeMount {
+	return corev1.VolumeMount{Name: singletonv1.ExitVolumeName, MountPath: singletonv1.ExitDir}
+}
+
+// setEnv puts e last in the container's env, in place of any variable of the same name.
+func setEnv(c *corev1.Container, e corev1.EnvVar) {
+	c.Env = append(slices.DeleteFunc(c.Env, func(x corev1.EnvVar) bool { return x.Name == e.Name }), e)
+}
+
+// setMount makes the container's mount of m.Name exactly m: in place of the first, the others dropped
+// (a second mount such as /var/run/signal/ beside /var/run/signal would undo a read-only one), or
+// added. wrapperConflict has refused a mount of our volume elsewhere and another volume at or inside
+// m.MountPath, so no path is mounted twice.
+func setMount(c *corev1.Container, m corev1.VolumeMount) {
+	i := slices.IndexFunc(c.VolumeMounts, func(x corev1.VolumeMount) bool { return x.Name == m.Name })
+	if i < 0 {
+		c.VolumeMounts = append(c.VolumeMounts, m)
 		return
 	}
-	argv := append(slices.Clone(c.Command), c.Args...)
-	if len(c.Command) == 0 {
-		argv = imageArgv(c, img)
-	}
-	raw, _ := json.Marshal(argv) // a []string always marshals
-	value := strings.ReplaceAll(string(raw), "$", "$$")
-	c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == singletonv1.EnvOriginalEntrypoint })
-	// Last, so that nothing the app defines is shadowed.
-	c.Env = append(c.Env, corev1.EnvVar{Name: singletonv1.EnvOriginalEntrypoint, Value: value})
-	c.Command = []string{singletonv1.WrapperBinary}
-	c.Args = nil
-	addMount(c, corev1.VolumeMount{Name: singletonv1.WrapperVolumeName, MountPath: singletonv1.WrapperDir, ReadOnly: true})
-	// Read-only: only the sidecar may give the start signal.
-	addMount(c, corev1.VolumeMount{Name: singletonv1.SignalVolumeName, MountPath: singletonv1.SignalDir, ReadOnly: true})
-}
-
-func hasEnv(c *corev1.Container, name string) bool {
-	return slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name })
-}
-
-func addMount(c *corev1.Container, m corev1.VolumeMount) {
-	if !slices.ContainsFunc(c.VolumeMounts, func(x corev1.VolumeMount) bool { return x.Name == m.Name }) {
-		c.VolumeMounts = append(c.VolumeMounts, m)
-	}
+	c.VolumeMounts[i] = m
+	rest := slices.DeleteFunc(c.VolumeMounts[i+1:], func(x corev1.VolumeMount) bool { return x.Name == m.Name })
+	c.VolumeMounts = c.VolumeMounts[:i+1+len(rest)]
 }
 
 // isHoldVolume reports whether name is one of the volumes the wrapper hold adds.
 func isHoldVolume(name string) bool {
-	return name == singletonv1.SignalVolumeName || name == singletonv1.WrapperVolumeName || name == singletonv1.GrantTokenVolumeName
+	return name == singletonv1.SignalVolumeName || name == singletonv1.WrapperVolumeName || name == singletonv1.GrantTokenVolumeName ||
+		name == singletonv1.ExitVolumeName
 }
 
 func addVolume(pod *corev1.Pod, v corev1.Volume) {

@@ -2,6 +2,7 @@ package podmutation
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,13 +133,169 @@ func TestMutateWrapperHold(t *testing.T) {
 	assert.Equal(t, []string{"/status-sidecar", "install-wrapper", "/opt/wrapper/singleton-wrapper"}, side.Lifecycle.PostStart.Exec.Command)
 	assert.Contains(t, side.VolumeMounts, corev1.VolumeMount{Name: singletonv1.WrapperVolumeName, MountPath: "/opt/wrapper"})
 	assert.Equal(t, "app", got.Annotations["kubectl.kubernetes.io/default-container"], "kubectl logs still defaults to the app")
-	assert.Len(t, got.Spec.Volumes, 3)
+	assert.Len(t, got.Spec.Volumes, 4)
 	assert.Empty(t, got.Spec.SchedulingGates)
 	for _, v := range got.Spec.Volumes {
 		if v.Name == singletonv1.GrantTokenVolumeName {
 			assert.Equal(t, "statefulsingleton", v.Projected.Sources[0].ServiceAccountToken.Audience)
 		}
 	}
+}
+
+// The exit report's layout: an in-memory emptyDir of 1Mi, read-write in every wrapped app container
+// (each told its own name) and in the sidecar (told the wrapped containers, in spec order); the signal
+// volume stays read-only in the app containers.
+func TestMutateWrapperHoldAddsTheExitReportLayout(t *testing.T) {
+	got := Mutate(appPod(container("app", []string{"/app"}), container("second", []string{"run"}), container("third", []string{"x"})),
+		singleton(singletonv1.HoldModeWrapper, 30, nil), testConfig)
+
+	exit := volume(got, singletonv1.ExitVolumeName)
+	require.NotNil(t, exit)
+	require.NotNil(t, exit.EmptyDir)
+	assert.Equal(t, corev1.StorageMediumMemory, exit.EmptyDir.Medium)
+	assert.Equal(t, "1Mi", exit.EmptyDir.SizeLimit.String())
+
+	exitMount := corev1.VolumeMount{Name: singletonv1.ExitVolumeName, MountPath: "/var/run/statefulsingleton-exit"}
+	for _, name := range []string{"app", "second", "third"} {
+		c := findContainer(got.Spec.Containers, name)
+		assert.Contains(t, c.VolumeMounts, exitMount, name)
+		assert.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: singletonv1.SignalVolumeName, MountPath: singletonv1.SignalDir, ReadOnly: true}, name)
+		self, ok := env(*c, singletonv1.EnvContainerName)
+		assert.True(t, ok, name)
+		assert.Equal(t, name, self)
+		// Beside ORIGINAL_ENTRYPOINT, at the end.
+		assert.Equal(t, []string{singletonv1.EnvContainerName, singletonv1.EnvOriginalEntrypoint}, envNames(c.Env[len(c.Env)-2:]), name)
+	}
+	side := findContainer(got.Spec.Containers, singletonv1.SidecarContainerName)
+	assert.Contains(t, side.VolumeMounts, exitMount)
+	apps, ok := env(*side, singletonv1.EnvAppContainers)
+	assert.True(t, ok)
+	assert.Equal(t, "app,second,third", apps)
+	assert.True(t, equality.Semantic.DeepEqual(got, Mutate(got, singleton(singletonv1.HoldModeWrapper, 30, nil), testConfig)), "idempotent")
+}
+
+// A variable the app sets under our names does not reach the wrapper: its own name does, once.
+func TestMutateReplacesTheAppsOwnContainerNameVariable(t *testing.T) {
+	app := container("app", []string{"/app"})
+	app.Env = []corev1.EnvVar{{Name: singletonv1.EnvContainerName, Value: "other"}, {Name: "KEEP", Value: "1"},
+		{Name: singletonv1.EnvContainerName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
+	got := findContainer(Mutate(appPod(app), singleton(singletonv1.HoldModeWrapper, 30, nil), testConfig).Spec.Containers, "app")
+	assert.Equal(t, []string{"KEEP", singletonv1.EnvContainerName, singletonv1.EnvOriginalEntrypoint}, envNames(got.Env))
+	assert.Equal(t, corev1.EnvVar{Name: singletonv1.EnvContainerName, Value: "app"}, got.Env[1])
+}
+
+// A container added after the mutation (as another webhook would, were ours invoked again) is wrapped
+// on the next run, and the sidecar then waits for it too.
+func TestMutateAgainWrapsAnAddedContainerAndTellsTheSidecar(t *testing.T) {
+	ss := singleton(singletonv1.HoldModeWrapper, 30, nil)
+	once := Mutate(appPod(container("app", []string{"/app"})), ss, testConfig)
+	added := once.DeepCopy()
+	added.Spec.Containers = append(added.Spec.Containers, container("proxy", []string{"/proxy"}, "--port=1"))
+	again := Mutate(added, ss, testConfig)
+
+	assert.Len(t, again.Spec.Containers, 3, "no second sidecar")
+	assert.Equal(t, []string{"/proxy", "--port=1"}, wrappedArgv(t, findContainer(again.Spec.Containers, "proxy")))
+	proxy := findContainer(again.Spec.Containers, "proxy")
+	self, _ := env(*proxy, singletonv1.EnvContainerName)
+	assert.Equal(t, "proxy", self)
+	assert.Contains(t, proxy.VolumeMounts, corev1.VolumeMount{Name: singletonv1.ExitVolumeName, MountPath: singletonv1.ExitDir})
+	side := findContainer(again.Spec.Containers, singletonv1.SidecarContainerName)
+	apps, _ := env(*side, singletonv1.EnvAppContainers)
+	assert.Equal(t, "app,proxy", apps)
+	assert.Equal(t, 1, countFunc(side.Env, func(e corev1.EnvVar) bool { return e.Name == singletonv1.EnvAppContainers }))
+	assert.Equal(t, findContainer(once.Spec.Containers, "app"), findContainer(again.Spec.Containers, "app"), "the app container is unchanged")
+	assert.True(t, equality.Semantic.DeepEqual(again, Mutate(again, ss, testConfig)), "idempotent")
+}
+
+// Pods admitted by older webhooks, before the exit report: the first with the wrapper's init container
+// and the sidecar last, the other with the sidecar first. Both are still recognised as wrapped (no
+// second sidecar, no fallback, ORIGINAL_ENTRYPOINT kept) and get the exit report's layout.
+func TestMutateRecognisesPodsOfOlderWebhooks(t *testing.T) {
+	ss := singleton(singletonv1.HoldModeWrapper, 30, nil)
+	current := Mutate(appPod(container("app", []string{"/app"}, "$(X)"), container("second", []string{"run"})), ss, testConfig)
+	before := olderLayout(current)
+	initLayout := before.DeepCopy()
+	side := *findContainer(initLayout.Spec.Containers, singletonv1.SidecarContainerName)
+	initLayout.Spec.Containers = append(initLayout.Spec.Containers[1:], side)
+	initLayout.Spec.InitContainers = []corev1.Container{{Name: singletonv1.WrapperInitContainerName, Image: "wrapper:0",
+		Command:      []string{"/singleton-wrapper", "install", singletonv1.WrapperBinary},
+		VolumeMounts: []corev1.VolumeMount{{Name: singletonv1.WrapperVolumeName, MountPath: singletonv1.WrapperDir}}}}
+
+	for name, pod := range map[string]*corev1.Pod{"sidecar first": before, "init container": initLayout} {
+		t.Run(name, func(t *testing.T) {
+			got := Mutate(pod, ss, testConfig)
+			assert.Equal(t, "Wrapper", got.Annotations[singletonv1.AnnotationHoldMode])
+			assert.Empty(t, got.Annotations[singletonv1.AnnotationHoldFallback])
+			assert.Empty(t, got.Spec.SchedulingGates)
+			assert.Len(t, got.Spec.Containers, 3, "no second sidecar")
+			assert.Equal(t, pod.Spec.InitContainers, got.Spec.InitContainers)
+			assert.NotNil(t, volume(got, singletonv1.ExitVolumeName))
+			for _, c := range []string{"app", "second"} {
+				app := findContainer(got.Spec.Containers, c)
+				assert.Equal(t, wrappedArgv(t, findContainer(current.Spec.Containers, c)), wrappedArgv(t, app), "the wrapped argv is kept")
+				assert.Equal(t, findContainer(current.Spec.Containers, c).Env, app.Env)
+				assert.ElementsMatch(t, findContainer(current.Spec.Containers, c).VolumeMounts, app.VolumeMounts)
+			}
+			side := findContainer(got.Spec.Containers, singletonv1.SidecarContainerName)
+			apps, _ := env(*side, singletonv1.EnvAppContainers)
+			assert.Equal(t, "app,second", apps)
+			assert.Contains(t, side.VolumeMounts, corev1.VolumeMount{Name: singletonv1.ExitVolumeName, MountPath: singletonv1.ExitDir})
+			assert.True(t, equality.Semantic.DeepEqual(got, Mutate(got, ss, testConfig)), "idempotent")
+		})
+	}
+}
+
+// olderLayout is a pod mutated before the exit report: pod without the exit volume, its mounts and the
+// two variables.
+func olderLayout(pod *corev1.Pod) *corev1.Pod {
+	old := pod.DeepCopy()
+	old.Spec.Volumes = slices.DeleteFunc(old.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == singletonv1.ExitVolumeName })
+	for i := range old.Spec.Containers {
+		c := &old.Spec.Containers[i]
+		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == singletonv1.ExitVolumeName })
+		c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == singletonv1.EnvContainerName || e.Name == singletonv1.EnvAppContainers
+		})
+	}
+	return old
+}
+
+// The app containers' mounts of our volumes come out exactly ours: read-only where the pod had them
+// read-write, without subPath, and once (a second one at the same directory spelt differently would
+// undo the read-only one).
+func TestMutateMakesTheMountsOfOurVolumesExactlyOurs(t *testing.T) {
+	app := container("app", []string{"/app"})
+	app.VolumeMounts = []corev1.VolumeMount{
+		{Name: singletonv1.SignalVolumeName, MountPath: singletonv1.SignalDir},
+		{Name: "data", MountPath: "/data"},
+		{Name: singletonv1.SignalVolumeName, MountPath: singletonv1.SignalDir + "/"},
+		{Name: singletonv1.ExitVolumeName, MountPath: singletonv1.ExitDir, SubPath: "x", ReadOnly: true},
+	}
+	got := Mutate(appPod(app), singleton(singletonv1.HoldModeWrapper, 30, nil), testConfig)
+	require.Equal(t, "Wrapper", got.Annotations[singletonv1.AnnotationHoldMode], got.Annotations[singletonv1.AnnotationHoldFallback])
+	assert.Equal(t, []corev1.VolumeMount{
+		{Name: singletonv1.SignalVolumeName, MountPath: singletonv1.SignalDir, ReadOnly: true},
+		{Name: "data", MountPath: "/data"},
+		{Name: singletonv1.ExitVolumeName, MountPath: singletonv1.ExitDir},
+		{Name: singletonv1.WrapperVolumeName, MountPath: singletonv1.WrapperDir, ReadOnly: true},
+	}, findContainer(got.Spec.Containers, "app").VolumeMounts)
+}
+
+func volume(pod *corev1.Pod, name string) *corev1.Volume {
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Name == name {
+			return &pod.Spec.Volumes[i]
+		}
+	}
+	return nil
+}
+
+func envNames(env []corev1.EnvVar) []string {
+	var names []string
+	for _, e := range env {
+		names = append(names, e.Name)
+	}
+	return names
 }
 
 func TestMutateSchedulingGateHold(t *testing.T) {
@@ -153,12 +310,27 @@ func TestMutateSchedulingGateHold(t *testing.T) {
 func TestMutateWrapperFallsBackToTheSchedulingGate(t *testing.T) {
 	withInit := appPod(container("app", []string{"/app"}))
 	withInit.Spec.InitContainers = []corev1.Container{container("migrate", []string{"/migrate"})}
-	conflicting := appPod(container("app", []string{"/app"}))
-	conflicting.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "mine", MountPath: "/opt/wrapper"}}
+	mounting := func(mounts ...corev1.VolumeMount) *corev1.Pod {
+		pod := appPod(container("app", []string{"/app"}))
+		pod.Spec.Containers[0].VolumeMounts = mounts
+		return pod
+	}
+	exitVolumeTaken := appPod(container("app", []string{"/app"}))
+	exitVolumeTaken.Spec.Volumes = []corev1.Volume{{Name: singletonv1.ExitVolumeName, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp"}}}}
+	grantToken := appPod(container("app", []string{"/app"}))
+	grantToken.Spec.Volumes = []corev1.Volume{{Name: "mine", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: singletonv1.GrantTokenAudience, Path: "t"}}}}}}}
 	for name, pod := range map[string]*corev1.Pod{
-		"no command":      appPod(container("app", []string{"/app"}), container("postgres", nil, "postgres")),
-		"init containers": withInit,
-		"mount conflict":  conflicting,
+		"no command":                     appPod(container("app", []string{"/app"}), container("postgres", nil, "postgres")),
+		"init containers":                withInit,
+		"mount conflict":                 mounting(corev1.VolumeMount{Name: "mine", MountPath: "/opt/wrapper"}),
+		"mount conflict, trailing slash": mounting(corev1.VolumeMount{Name: "mine", MountPath: "/opt/wrapper/"}),
+		"mount at the exit directory":    mounting(corev1.VolumeMount{Name: "mine", MountPath: singletonv1.ExitDir}),
+		"mount inside the signal dir":    mounting(corev1.VolumeMount{Name: "mine", MountPath: singletonv1.StartSignalFile, SubPath: "start-signal"}),
+		"mount inside the exit dir":      mounting(corev1.VolumeMount{Name: "mine", MountPath: singletonv1.ExitDir + "/app"}),
+		"exit volume mounted elsewhere":  mounting(corev1.VolumeMount{Name: singletonv1.ExitVolumeName, MountPath: "/x"}),
+		"exit volume name taken":         exitVolumeTaken,
+		"a token for the grant endpoint": grantToken,
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := Mutate(pod, singleton(singletonv1.HoldModeWrapper, 30, nil), testConfig)
@@ -258,7 +430,8 @@ func FuzzMutate(f *testing.F) {
 }
 
 func isOurs(volume string) bool {
-	return volume == singletonv1.SignalVolumeName || volume == singletonv1.WrapperVolumeName || volume == singletonv1.GrantTokenVolumeName
+	return volume == singletonv1.SignalVolumeName || volume == singletonv1.WrapperVolumeName || volume == singletonv1.GrantTokenVolumeName ||
+		volume == singletonv1.ExitVolumeName
 }
 
 func countIn(pod *corev1.Pod, name string) int {

@@ -6,4 +6,6 @@ import (
 	"syscall"
 )
 
-func signalNotify(c chan os.Signal) { signal.Notify(c, syscall.SIGTERM) }
+func signalNotify(c chan os.Signal) {
+	signal.Notify(c, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1)
+}

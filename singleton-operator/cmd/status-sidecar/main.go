@@ -7,8 +7,20 @@
 // It fails closed: an unreachable operator, a refused token or a malformed answer only means "not yet";
 // it retries with back-off and never writes the signal without a grant.
 //
-// Environment: POD_NAME, POD_NAMESPACE, POD_UID (downward API), GRANT_URL, optionally GRANT_CA (PEM);
-// GRANT_TOKEN_FILE and STATEFULSINGLETON_SIGNAL_FILE override the token and signal paths.
+// When the pod stops (SIGTERM), it reports the exit of the app processes, so that the operator releases
+// the next pod without waiting for the kubelet to confirm the stop: it fences off any app start still to
+// come, waits until the wrapper of every app container has recorded that its app and every other process
+// of its container are gone (package internal/exitreport), and posts {"namespace", "name", "uid",
+// "containers"} to /v1/exited on the grant endpoint's server, with the same token, for at most
+// reportBudget. A pod never released has nothing to report, and an exit the sidecar cannot vouch for (a
+// wrapper that died uncleanly or recorded nothing) ends it at once without a report: the operator then
+// waits for the kubelet, as without the report. The sidecar never delays the pod's stop by more than its
+// app containers take plus reportBudget.
+//
+// Environment: POD_NAME, POD_NAMESPACE, POD_UID (downward API), GRANT_URL, optionally GRANT_CA (PEM),
+// STATEFULSINGLETON_APP_CONTAINERS (the wrapped app containers, comma-separated; unset: no report);
+// GRANT_TOKEN_FILE, STATEFULSINGLETON_SIGNAL_FILE (the fence sits beside it) and
+// STATEFULSINGLETON_EXIT_DIR override the token, signal and exit paths.
 //
 // The same binary is the entrypoint wrapper of the app containers (package internal/wrapper): the
 // sidecar is the pod's first container and its postStart hook, `status-sidecar install-wrapper <path>`,
@@ -30,6 +42,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -38,6 +51,7 @@ import (
 	"time"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	"github.com/statefulops/statefulops/singleton-operator/internal/exitreport"
 	"github.com/statefulops/statefulops/singleton-operator/internal/wrapper"
 )
 
@@ -53,12 +67,31 @@ type response struct {
 	Granted bool `json:"granted"`
 }
 
+// exitReport and exitAnswer mirror grant.ExitRequest and grant.ExitResponse, the exit report's body and
+// 200 answer (kept here for the same reason).
+type exitReport struct {
+	request
+	Containers []string `json:"containers"`
+}
+
+type exitAnswer struct {
+	Recorded bool `json:"recorded"`
+}
+
+// exitedPath is the exit report's endpoint (grant.ExitPath) on the grant endpoint's server.
+const exitedPath = "/v1/exited"
+
 type config struct {
 	url        string
 	tokenFile  string
 	signalFile string
 	req        request
 	client     *http.Client
+
+	exitedURL    string
+	exitDir      string
+	stoppingFile string
+	apps         []string // the wrapped app containers; none: no exit report
 }
 
 func main() {
@@ -84,6 +117,7 @@ func main() {
 		log.Fatal(err)
 	}
 	<-ctx.Done() // idle until the pod stops: a restarted sidecar would only ask again
+	reportExit(cfg)
 }
 
 func load() (config, error) {
@@ -92,10 +126,19 @@ func load() (config, error) {
 		tokenFile:  envOr("GRANT_TOKEN_FILE", singletonv1.GrantTokenDir+"/token"),
 		signalFile: envOr("STATEFULSINGLETON_SIGNAL_FILE", singletonv1.StartSignalFile),
 		req:        request{Namespace: os.Getenv("POD_NAMESPACE"), Name: os.Getenv("POD_NAME"), UID: os.Getenv("POD_UID")},
+		exitDir:    exitreport.Dir(),
+		apps:       strings.FieldsFunc(os.Getenv(singletonv1.EnvAppContainers), func(r rune) bool { return r == ',' }),
 	}
 	if cfg.url == "" || cfg.req.Namespace == "" || cfg.req.Name == "" || cfg.req.UID == "" {
 		return cfg, errors.New("GRANT_URL, POD_NAMESPACE, POD_NAME and POD_UID must be set")
 	}
+	cfg.stoppingFile = exitreport.StoppingFile(cfg.signalFile)
+	u, err := url.Parse(cfg.url)
+	if err != nil {
+		return cfg, fmt.Errorf("GRANT_URL: %w", err)
+	}
+	u.Path, u.RawPath, u.RawQuery = exitedPath, "", ""
+	cfg.exitedURL = u.String()
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if ca := os.Getenv("GRANT_CA"); ca != "" {
 		pool := x509.NewCertPool()
@@ -164,33 +207,138 @@ func run(ctx context.Context, cfg config) error {
 	}
 }
 
-// ask sends one long-poll request. The token is read on every request because the kubelet rotates it.
+// ask sends one long-poll request.
 func ask(ctx context.Context, cfg config) (bool, error) {
-	token, err := os.ReadFile(cfg.tokenFile)
-	if err != nil {
-		return false, fmt.Errorf("reading the token: %w", err)
-	}
-	body, _ := json.Marshal(cfg.req) // a struct of strings always marshals
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.url, bytes.NewReader(body))
-	if err != nil {
-		return false, err
-	}
-	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := cfg.client.Do(req)
+	resp, err := post(ctx, cfg, cfg.url, cfg.req)
 	if err != nil {
 		return false, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return false, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
+		return false, statusError(resp)
 	}
 	var r response
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&r); err != nil {
 		return false, fmt.Errorf("decoding the answer: %w", err)
 	}
 	return r.Granted, nil
+}
+
+// post sends body as JSON to the operator with the pod's token. The token is read on every request
+// because the kubelet rotates it.
+func post(ctx context.Context, cfg config, target string, body any) (*http.Response, error) {
+	token, err := os.ReadFile(cfg.tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the token: %w", err)
+	}
+	raw, _ := json.Marshal(body) // structs of strings always marshal
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(raw))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	req.Header.Set("Content-Type", "application/json")
+	return cfg.client.Do(req)
+}
+
+// statusError describes an answer other than 200.
+func statusError(resp *http.Response) error {
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(msg)))
+}
+
+// reportBudget bounds the exit report's attempts, reportRetry is the pause between two.
+const (
+	reportBudget = 3 * time.Second
+	reportRetry  = 100 * time.Millisecond
+)
+
+// reportExit runs once the pod stops: it fences off the app containers' start, waits until every app has
+// exited and reports it (package doc). It logs why it reports nothing.
+func reportExit(cfg config) {
+	if len(cfg.apps) == 0 {
+		return // a pod admitted before the exit report
+	}
+	if info, err := os.Stat(cfg.exitDir); err != nil || !info.IsDir() {
+		log.Printf("no exit report: no exit directory %s", cfg.exitDir)
+		return
+	}
+	// First, so that no app starts after the markers are read: a wrapper that passed the fence wrote
+	// "running" before.
+	if err := exitreport.Fence(cfg.exitDir, cfg.stoppingFile); err != nil {
+		log.Printf("no exit report: fencing the app containers' start: %v", err)
+		return
+	}
+	if _, err := os.Stat(cfg.signalFile); err != nil {
+		log.Printf("stopping before the start grant: no app ran, nothing to report")
+		return
+	}
+	if err := waitExited(cfg.exitDir, cfg.apps); err != nil {
+		log.Printf("no exit report: %v", err)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), reportBudget)
+	defer cancel()
+	for {
+		done, err := sendReport(ctx, cfg)
+		switch {
+		case done && err == nil:
+			log.Printf("exit of %v reported", cfg.apps)
+			return
+		case done:
+			log.Printf("exit report refused: %v", err) // 404: the pod is gone already
+			return
+		}
+		log.Printf("exit report failed: %v", err)
+		select {
+		case <-ctx.Done():
+			log.Printf("no exit report: gave up after %s", reportBudget)
+			return
+		case <-time.After(reportRetry):
+		}
+	}
+}
+
+// waitExited returns once the marker of every app container says "exited", or at the first one whose
+// exit cannot be vouched for. The containers are waited for together, so a wrapper that died uncleanly
+// ends the wait at once, not after the others' apps stop.
+func waitExited(dir string, apps []string) error {
+	errs := make(chan error, len(apps))
+	for _, name := range apps {
+		go func() {
+			_, err := exitreport.WaitExited(dir, name)
+			errs <- err
+		}()
+	}
+	for range apps {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendReport posts the exit report once. done: recorded, or refused for good (404, 409; err says why);
+// otherwise err is worth a retry.
+func sendReport(ctx context.Context, cfg config) (done bool, err error) {
+	resp, err := post(ctx, cfg, cfg.exitedURL, exitReport{request: cfg.req, Containers: cfg.apps})
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		var a exitAnswer
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&a); err != nil || !a.Recorded {
+			return false, errors.New(`a 200 answer without {"recorded": true}`)
+		}
+		return true, nil
+	case http.StatusNotFound, http.StatusConflict:
+		return true, statusError(resp)
+	default:
+		return false, statusError(resp)
+	}
 }
 
 // writeSignal creates the signal file through a rename, so the wrappers see it appear complete.

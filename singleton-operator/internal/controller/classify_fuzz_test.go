@@ -24,6 +24,7 @@ func FuzzAdmittedPodIsHeld(f *testing.F) {
 		`{"metadata":{"labels":{"apps.statefulsingleton.com/managed":"false"}},"spec":{"containers":[{"name":"app","image":"x","command":["/app"]}],"initContainers":[{"name":"i","image":"y"}]}}`,
 		`{"spec":{"containers":[{"name":"app","image":"x","command":["/app"]}]},"status":{"phase":"Failed","containerStatuses":[{"name":"app","state":{"running":{}}}]}}`,
 		`{"spec":{"containers":[{"name":"status-sidecar","image":"x"}]}}`,
+		`{"metadata":{"deletionTimestamp":"2020-01-01T00:00:00Z","annotations":{"apps.statefulsingleton.com/exited":"app"}},"spec":{"containers":[{"name":"app","image":"x","command":["/app"]}]}}`,
 	} {
 		f.Add([]byte(raw), uint8(0))
 		f.Add([]byte(raw), uint8(1))
@@ -33,6 +34,9 @@ func FuzzAdmittedPodIsHeld(f *testing.F) {
 		if json.Unmarshal(raw, pod) != nil {
 			return
 		}
+		// The API server wipes a deletionTimestamp sent with a create (rest.WipeObjectMetaSystemFields),
+		// so no pod is admitted being deleted (which, with the exit annotation, would count as terminal).
+		pod.DeletionTimestamp = nil
 		ss := &singletonv1.StatefulSingleton{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"},
 			Spec: singletonv1.StatefulSingletonSpec{HoldMode: []singletonv1.HoldMode{
 				singletonv1.HoldModeWrapper, singletonv1.HoldModeSchedulingGate, ""}[mode%3]}}

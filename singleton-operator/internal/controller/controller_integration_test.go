@@ -56,6 +56,49 @@ func TestReleaseOnlyWhenOthersGoneOrTerminal(t *testing.T) {
 	assert.Equal(t, "3", f.pod("newer").Annotations[singletonv1.AnnotationEpoch])
 }
 
+// Exit report: a released Wrapper pod being deleted blocks the held candidate until the annotation
+// AnnotationExited names every app container; then the candidate is released while the old pod is still
+// in the API (its kubelet has not confirmed the stop), and the handover is timed from the report. An
+// annotation that leaves out a container, or one on a pod not being deleted, releases nothing.
+func TestExitReportReleasesBeforeTheOldPodIsGone(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	f.createPod("old", releasedAt(1), func(p *corev1.Pod) {
+		p.Finalizers = []string{"test.statefulops.io/keep"} // a delete leaves it terminating
+		p.Spec.Containers = []corev1.Container{{Name: "main", Image: "db"}, {Name: "logs", Image: "logs"},
+			{Name: singletonv1.SidecarContainerName, Image: "sidecar"}}
+	})
+	t.Cleanup(func() {
+		old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "old"}}
+		_ = suite.Client.Patch(context.Background(), old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+	exited := func(value string) {
+		t.Helper()
+		raw := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, singletonv1.AnnotationExited, value)
+		require.NoError(t, suite.Client.Patch(t.Context(), f.pod("old"), client.RawPatch(types.MergePatchType, []byte(raw))))
+	}
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	f.neverReleased("new", time.Second)
+
+	exited("main,logs") // not being deleted: its app may still run, or start again
+	f.neverReleased("new", time.Second)
+
+	exited("main")
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("old")))
+	f.neverReleased("new", time.Second)
+
+	exited("main,logs")
+	f.waitReleased("new")
+	old := f.pod("old")
+	assert.False(t, old.DeletionTimestamp.IsZero(), "the old pod is still in the API, being deleted")
+	assert.Equal(t, "2", f.pod("new").Annotations[singletonv1.AnnotationEpoch])
+	ss := f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)
+	assert.Equal(t, "new", ss.Status.ActivePod)
+	assert.NotNil(t, ss.Status.LastTransitionDuration, "the handover is timed from the exit report")
+}
+
 // SchedulingGate release removes the gate and stamps the epoch.
 func TestSchedulingGateRelease(t *testing.T) {
 	f := newFixture(t)

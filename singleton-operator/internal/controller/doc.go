@@ -1,12 +1,22 @@
 // Package controller is the StatefulSingleton controller of singleton-operator: of the pods a
 // StatefulSingleton selects, it lets at most one run its main process, releasing a held pod only once
-// every other pod of the singleton is gone from the API or terminal.
+// every other pod of the singleton is gone from the API or terminal (a pod being deleted whose app
+// processes all reported their exit counts as terminal).
 //
 // Safety rules, in the order Reconcile applies them:
 //
 //   - A pod is held (admitted by the webhook with a Wrapper or SchedulingGate hold), released (it carries
 //     the epoch annotation), ungated (it matches but carries no hold: it may run) or terminal. Released
 //     and ungated pods that are not terminal block every release; pods being deleted still block.
+//   - Exit report: a pod being deleted (deletionTimestamp set) whose annotation
+//     apps.statefulsingleton.com/exited names every container but the status-sidecar counts as terminal
+//     (exitReported), in the caches and in the live list before a release alike, so the next pod is
+//     released without waiting for the kubelet to remove the pod. The operator writes it only in its
+//     grant server, on the report of the pod's own status-sidecar (pod-bound token), after the wrappers
+//     saw every app process and its descendants gone and no app can start again (internal/grant,
+//     ExitPath); the pod-writes policy lets the operator add it only to a pod being deleted. Anything
+//     missing — no report, an annotation that leaves out a container, one on a pod not being deleted —
+//     falls back to the rule above.
 //   - Of several held pods only one is a candidate: the newest revision (Deployment: the ReplicaSet's
 //     deployment.kubernetes.io/revision; StatefulSet: the update revision), then the newest pod, then
 //     the smallest name.

@@ -3,6 +3,7 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -27,10 +28,11 @@ import (
 // TestPodPolicyConfinesTheOperator applies deploy/singleton-operator.yaml's RBAC and policies and,
 // as the operator's ServiceAccount with server-side dry-run, makes the operator's pod writes: a
 // release of a gated and of a Wrapper pod (releasePatch), an adoption, its readiness gate condition,
-// the deletion of a held pod and of a pod without a hold in a namespace holding a StatefulSingleton —
-// all admitted. Writes in kube-system, of pods it never held, of any other label, annotation, spec
-// field, gate, owner reference, condition or status field are refused; another user's identical
-// writes are admitted (the policy binds the operator only).
+// the deletion of a held pod and of a pod without a hold in a namespace holding a StatefulSingleton, the
+// exit report's annotation on a pod being deleted — all admitted. Writes in kube-system, of pods it
+// never held, of any other label, annotation, spec field, gate, owner reference, condition or status
+// field, and the exit report's annotation on a pod not being deleted are refused; another user's
+// identical writes are admitted (the policy binds the operator only).
 func TestPodPolicyConfinesTheOperator(t *testing.T) {
 	ctx := t.Context()
 	as := installShippedPodPolicy(t)
@@ -68,6 +70,15 @@ func TestPodPolicyConfinesTheOperator(t *testing.T) {
 	ungated := pod(enabled, "db-2", "")
 	stranger := pod(plain, "web-0", "")
 	system := pod("kube-system", "kube-proxy-"+strings.TrimPrefix(enabled, "singleton-pods-"), singletonv1.HoldModeWrapper)
+	// terminating is a Wrapper pod being deleted, kept by a finalizer (no kubelet confirms its stop).
+	terminating := pod(enabled, "db-3", singletonv1.HoldModeWrapper)
+	keep := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":["test.statefulops.io/keep"]}}`))
+	require.NoError(t, suite.Client.Patch(ctx, terminating, keep))
+	t.Cleanup(func() {
+		release := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+		_ = suite.Client.Patch(context.Background(), terminating, release)
+	})
+	require.NoError(t, suite.Client.Delete(ctx, terminating))
 
 	fresh := func(p *corev1.Pod) *corev1.Pod {
 		cur := &corev1.Pod{}
@@ -90,6 +101,17 @@ func TestPodPolicyConfinesTheOperator(t *testing.T) {
 			raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": p.UID,
 				"labels":      map[string]string{singletonv1.LabelSingleton: podmutation.SingletonLabelValue("db")},
 				"annotations": map[string]string{singletonv1.AnnotationEpoch: "8", singletonv1.AnnotationAdopted: "true"}}})
+			if err != nil {
+				return err
+			}
+			return c.Patch(ctx, fresh(p), client.RawPatch(types.MergePatchType, raw), client.DryRunAll)
+		}
+	}
+	// exited is the grant server's record of an exit report (internal/grant, exit.go).
+	exited := func(p *corev1.Pod) func(c client.Client) error {
+		return func(c client.Client) error {
+			raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": p.UID,
+				"annotations": map[string]string{singletonv1.AnnotationExited: "app"}}})
 			if err != nil {
 				return err
 			}
@@ -132,6 +154,7 @@ func TestPodPolicyConfinesTheOperator(t *testing.T) {
 		{Name: "set its readiness gate condition", Write: markReady(wrapper)},
 		{Name: "delete a held pod", Write: del(wrapper)},
 		{Name: "delete a pod without a hold where a StatefulSingleton is", Write: del(ungated)},
+		{Name: "record the exit report of a pod being deleted", Write: exited(terminating)},
 	}
 	refused := []testsupport.PolicyWrite{
 		{Name: "release a kube-system pod", Write: release(system)},
@@ -162,6 +185,7 @@ func TestPodPolicyConfinesTheOperator(t *testing.T) {
 			p.Status.PodIPs = []corev1.PodIP{{IP: "10.0.0.66"}}
 		})},
 		{Name: "readiness condition of a pod never held", Write: markReady(stranger)},
+		{Name: "record an exit report on a pod not being deleted", Write: exited(wrapper)},
 	}
 	testsupport.RequirePolicyWrites(t, user, as, suite.Client, allowed, refused)
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -14,7 +15,8 @@ import (
 type podState int
 
 const (
-	// stateTerminal: Succeeded or Failed with every container terminated; it can never run again.
+	// stateTerminal: Succeeded or Failed with every container terminated, or being deleted with the exit
+	// of every app process reported (exitReported); it can never run its app again.
 	stateTerminal podState = iota
 	// stateHeld: admitted with a hold that is still in place; its main process cannot run.
 	stateHeld
@@ -26,9 +28,10 @@ const (
 )
 
 // classify tells what a pod of a singleton is. A pod being deleted is not terminal: until the kubelet
-// confirms the stop it is still in the API, and restarts or CrashLoopBackOff never count as gone.
+// confirms the stop it is still in the API, and restarts or CrashLoopBackOff never count as gone —
+// unless its status-sidecar reported the exit of every app process (exitReported).
 func classify(pod *corev1.Pod) podState {
-	if terminal(pod) {
+	if terminal(pod) || exitReported(pod) {
 		return stateTerminal
 	}
 	if _, ok := pod.Annotations[singletonv1.AnnotationEpoch]; ok {
@@ -61,6 +64,27 @@ func terminal(pod *corev1.Pod) bool {
 			if cs.State.Terminated == nil && (cs.State.Running != nil || cs.State.Waiting != nil) {
 				return false
 			}
+		}
+	}
+	return true
+}
+
+// exitReported reports whether the pod is being deleted and the operator recorded its status-sidecar's
+// report that the process of every app container exited (AnnotationExited names every container but the
+// status-sidecar; the grant server writes it only on a pod with a deletionTimestamp). Such a pod cannot
+// run its app again: the sidecar reports only after it fenced the pod, and a wrapper finding the fence
+// starts no app — also one the kubelet restarts while the pod terminates, which it does. The
+// deletionTimestamp is checked here too, so an annotation on a pod that is not being deleted never
+// counts.
+func exitReported(pod *corev1.Pod) bool {
+	value, ok := pod.Annotations[singletonv1.AnnotationExited]
+	if !ok || pod.DeletionTimestamp.IsZero() {
+		return false
+	}
+	exited := strings.Split(value, ",")
+	for _, c := range pod.Spec.Containers {
+		if c.Name != singletonv1.SidecarContainerName && !slices.Contains(exited, c.Name) {
+			return false
 		}
 	}
 	return true

@@ -80,8 +80,9 @@ func (opts *Options) Setup(_ context.Context, mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// podHandler enqueues the singletons selecting a pod and remembers when a pod was deleted (the start of
-// the handover duration metric).
+// podHandler enqueues the singletons selecting a pod and remembers when a pod went away — deleted, or
+// seen as terminal (classify: also a pod being deleted whose exit was reported): the start of the
+// handover duration metric.
 func (r *Reconciler) podHandler() handler.EventHandler {
 	enqueue := func(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], deleted bool) {
 		for _, req := range r.singletonsOfPod(ctx, obj) {
@@ -98,7 +99,8 @@ func (r *Reconciler) podHandler() handler.EventHandler {
 			enqueue(ctx, e.Object, q, false)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(ctx, e.ObjectNew, q, terminal(e.ObjectNew.(*corev1.Pod)) && !terminal(e.ObjectOld.(*corev1.Pod)))
+			// Terminal, or its exit reported while being deleted: it stopped counting as running.
+			enqueue(ctx, e.ObjectNew, q, classify(e.ObjectNew.(*corev1.Pod)) == stateTerminal && classify(e.ObjectOld.(*corev1.Pod)) != stateTerminal)
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			enqueue(ctx, e.Object, q, true)

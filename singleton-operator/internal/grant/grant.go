@@ -24,6 +24,26 @@
 // Any other outcome (network error, 5xx, 4xx) means "not granted": the sidecar retries with back-off and
 // the app stays blocked — fail closed.
 //
+// # Exit report
+//
+//	POST /v1/exited  (same server, TLS and token)
+//	{"namespace": "<pod namespace>", "name": "<pod name>", "uid": "<pod UID>", "containers": ["app", ...]}
+//
+// The status-sidecar of a terminating Wrapper pod sends it once the process of every wrapped app
+// container has exited. Authentication and binding are the grant's (400, 401, 403 alike). The server
+// reads the pod (its cache, live when the cache does not show the deletion yet) and records the report
+// as the annotation apps.statefulsingleton.com/exited (the app containers, comma-separated) only if the
+// pod is that instance (UID), has a deletionTimestamp, was admitted with the Wrapper hold, and
+// containers names every container but the status-sidecar; the controller then no longer waits for
+// the pod to leave the API. Answers:
+//
+//	200 {"recorded": true}   recorded (also when it already was)
+//	404                      the pod is gone: nothing left to report
+//	409                      not terminating, another instance, not Wrapper, or a container left out
+//
+// A report that is refused or never arrives changes nothing: the controller waits for the pod to be
+// gone or terminal, as without it.
+//
 // # Grants
 //
 // Grants is the interface the controller drives. AnnotationGrants implements it from the pod annotation
@@ -50,9 +70,10 @@ import (
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
 
-// The grant server reviews the sidecars' tokens and follows pod annotations.
+// The grant server reviews the sidecars' tokens, follows pod annotations and records the sidecars' exit
+// reports as a pod annotation.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 
 // Path is the endpoint's URL path.
 const Path = "/v1/grant"
@@ -117,32 +138,12 @@ const (
 )
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		http.Error(w, "POST only", http.StatusMethodNotAllowed)
-		return
-	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
-		http.Error(w, "a bearer token is required", http.StatusUnauthorized)
-		return
-	}
 	var req Request
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.Namespace == "" || req.Name == "" || req.UID == "" {
-		http.Error(w, "the body must be {\"namespace\", \"name\", \"uid\"}", http.StatusBadRequest)
+	ctx, ok := authorize(w, r, h.Authenticate, &req, "Grant request")
+	if !ok {
 		return
 	}
-	log := logf.FromContext(r.Context()).WithValues("pod", req.Namespace+"/"+req.Name, "podUID", req.UID)
-	user, err := h.Authenticate(r.Context(), token)
-	if err != nil {
-		log.V(1).Info("Grant request refused", "reason", err.Error())
-		http.Error(w, "unauthenticated", http.StatusUnauthorized)
-		return
-	}
-	if err := boundTo(user, req); err != nil {
-		log.Info("Grant request refused", "reason", err.Error(), "user", user.Username)
-		http.Error(w, "the token is not bound to this pod", http.StatusForbidden)
-		return
-	}
+	log := logf.FromContext(ctx)
 
 	wait := h.MaxWait
 	if wait <= 0 {
@@ -162,6 +163,47 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(Response{Granted: granted})
+}
+
+// podRequest is a sidecar's request body, which names its pod.
+type podRequest interface{ pod() Request }
+
+func (r Request) pod() Request { return r }
+
+// authorize reads a sidecar's request into body and accepts it only if it is a POST whose bearer token
+// authenticates and is bound to exactly the pod body names. It answers a refusal itself (405, 401, 400,
+// 403; what names the request in the log) and then returns false; otherwise a context whose logger
+// names the pod. Every endpoint of a pod's sidecar goes through it, so none can be asked about another
+// pod.
+func authorize(w http.ResponseWriter, r *http.Request, authenticate Authenticator, body podRequest, what string) (context.Context, bool) {
+	if r.Method != http.MethodPost {
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return nil, false
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || token == "" {
+		http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+		return nil, false
+	}
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(body)
+	req := body.pod()
+	if err != nil || req.Namespace == "" || req.Name == "" || req.UID == "" {
+		http.Error(w, "the body must be JSON naming the pod: {\"namespace\", \"name\", \"uid\"}", http.StatusBadRequest)
+		return nil, false
+	}
+	log := logf.FromContext(r.Context()).WithValues("pod", req.Namespace+"/"+req.Name, "podUID", req.UID)
+	user, err := authenticate(r.Context(), token)
+	if err != nil {
+		log.V(1).Info(what+" refused", "reason", err.Error())
+		http.Error(w, "unauthenticated", http.StatusUnauthorized)
+		return nil, false
+	}
+	if err := boundTo(user, req); err != nil {
+		log.Info(what+" refused", "reason", err.Error(), "user", user.Username)
+		http.Error(w, "the token is not bound to this pod", http.StatusForbidden)
+		return nil, false
+	}
+	return logf.IntoContext(r.Context(), log), true
 }
 
 // boundTo checks that the token's user is a ServiceAccount of the pod's namespace and that the token is

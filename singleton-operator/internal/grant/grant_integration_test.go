@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -30,9 +31,17 @@ import (
 	"github.com/statefulops/statefulops/singleton-operator/internal/grant"
 )
 
-// The grant endpoint against a real API server: real pod-bound ServiceAccount tokens (TokenRequest),
-// real TokenReviews, and grants driven by annotating the pod, as the controller will.
-func TestGrantEndpoint(t *testing.T) {
+// endpointEnv is a real API server with a manager whose cache follows the pods, and a ServiceAccount
+// "app" in namespace default whose pod-bound tokens the tests present.
+type endpointEnv struct {
+	ctx       context.Context
+	mgr       ctrl.Manager
+	c         client.Client
+	clientset *kubernetes.Clientset
+}
+
+func startEndpointEnv(t *testing.T) *endpointEnv {
+	t.Helper()
 	env := &envtest.Environment{}
 	cfg, err := env.Start()
 	require.NoError(t, err)
@@ -43,55 +52,85 @@ func TestGrantEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
 	t.Cleanup(cancel)
-	informer, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	_, err = mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	require.NoError(t, err)
+	clientset, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	e := &endpointEnv{ctx: ctx, mgr: mgr, c: mgr.GetClient(), clientset: clientset}
+	go func() { _ = mgr.Start(ctx) }()
+	require.True(t, mgr.GetCache().WaitForCacheSync(ctx))
+	require.NoError(t, e.c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "app"}}))
+	return e
+}
+
+// newPod creates a pod of ServiceAccount app in namespace default.
+func (e *endpointEnv) newPod(t *testing.T, name string, mods ...func(*corev1.Pod)) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.PodSpec{ServiceAccountName: "app", AutomountServiceAccountToken: ptr.To(false),
+			Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+	}
+	for _, m := range mods {
+		m(pod)
+	}
+	require.NoError(t, e.c.Create(e.ctx, pod))
+	return pod
+}
+
+// token is a TokenRequest-issued token of ServiceAccount app bound to pod, as the kubelet projects it.
+func (e *endpointEnv) token(t *testing.T, pod *corev1.Pod, audience string) string {
+	t.Helper()
+	tr, err := e.clientset.CoreV1().ServiceAccounts("default").CreateToken(e.ctx, "app", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			Audiences:      []string{audience},
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return tr.Status.Token
+}
+
+// post sends body with the bearer token and returns the status code and either the decoded 200 answer
+// or the refusal's text.
+func post(t *testing.T, srv *httptest.Server, path, tok string, body, answer any) (int, string) {
+	t.Helper()
+	raw, _ := json.Marshal(body)
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+path, bytes.NewReader(raw))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(answer))
+		return resp.StatusCode, ""
+	}
+	text, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(text)
+}
+
+// The grant endpoint against a real API server: real pod-bound ServiceAccount tokens (TokenRequest),
+// real TokenReviews, and grants driven by annotating the pod, as the controller will.
+func TestGrantEndpoint(t *testing.T) {
+	e := startEndpointEnv(t)
+	ctx, c := e.ctx, e.c
+	informer, err := e.mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
 	require.NoError(t, err)
 	grants, err := grant.NewAnnotationGrants(ctx, informer)
 	require.NoError(t, err)
-	go func() { _ = mgr.Start(ctx) }()
-	require.True(t, mgr.GetCache().WaitForCacheSync(ctx))
 
 	srv := httptest.NewTLSServer(&grant.Handler{
-		Authenticate: grant.TokenReviewAuthenticator(mgr.GetClient()),
+		Authenticate: grant.TokenReviewAuthenticator(c),
 		Grants:       grants,
 		MaxWait:      2 * time.Second,
 	})
 	t.Cleanup(srv.Close)
-
-	c := mgr.GetClient()
-	clientset, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
-	require.NoError(t, c.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "app"}}))
-	newPod := func(name string) *corev1.Pod {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
-			Spec: corev1.PodSpec{ServiceAccountName: "app", AutomountServiceAccountToken: ptr.To(false),
-				Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
-		}
-		require.NoError(t, c.Create(ctx, pod))
-		return pod
-	}
-	token := func(pod *corev1.Pod, audience string) string {
-		tr, err := clientset.CoreV1().ServiceAccounts("default").CreateToken(ctx, "app", &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{
-				Audiences:      []string{audience},
-				BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-			},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		return tr.Status.Token
-	}
+	newPod := func(name string) *corev1.Pod { return e.newPod(t, name) }
+	token := func(pod *corev1.Pod, audience string) string { return e.token(t, pod, audience) }
 	ask := func(pod *corev1.Pod, tok string) (int, bool) {
-		body, _ := json.Marshal(grant.Request{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID})
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+grant.Path, bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := srv.Client().Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
 		var r grant.Response
-		if resp.StatusCode == http.StatusOK {
-			require.NoError(t, json.NewDecoder(resp.Body).Decode(&r))
-		}
-		return resp.StatusCode, r.Granted
+		code, _ := post(t, srv, grant.Path, tok, grant.Request{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, &r)
+		return code, r.Granted
 	}
 
 	held, other := newPod("held-0"), newPod("other-0")

@@ -99,15 +99,19 @@ func (c *ServeConfig) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	handler := &Handler{Authenticate: TokenReviewAuthenticator(mgr.GetClient()), Grants: grants}
-	srv := &server{addr: c.addr, dir: dir, certReady: certReady, handler: handler}
+	authenticate := TokenReviewAuthenticator(mgr.GetClient())
+	mux := http.NewServeMux()
+	mux.Handle(Path, &Handler{Authenticate: authenticate, Grants: grants})
+	mux.Handle(ExitPath, &ExitHandler{Authenticate: authenticate, Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Client: mgr.GetClient()})
+	srv := &server{addr: c.addr, dir: dir, certReady: certReady, handler: mux}
 	if err := mgr.AddReadyzCheck("grant-endpoint", srv.serving); err != nil {
 		return err
 	}
 	return mgr.Add(srv)
 }
 
-// server is the HTTPS grant endpoint; it starts once the certificate files exist.
+// server is the HTTPS grant endpoint (the grant and the exit report); it starts once the certificate
+// files exist.
 type server struct {
 	addr      string
 	dir       string
@@ -147,11 +151,9 @@ func (s *server) Start(ctx context.Context) error {
 		return fmt.Errorf("loading the grant certificate: %w", err)
 	}
 	go func() { _ = watcher.Start(ctx) }()
-	mux := http.NewServeMux()
-	mux.Handle(Path, s.handler)
 	srv := &http.Server{
 		Addr:              s.addr,
-		Handler:           mux,
+		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: watcher.GetCertificate, NextProtos: []string{"http/1.1"}},
 		BaseContext:       func(_ net.Listener) context.Context { return ctx },
@@ -168,7 +170,7 @@ func (s *server) Start(ctx context.Context) error {
 	}
 	s.listening.Store(true)
 	defer s.listening.Store(false)
-	log.Info("Serving the grant endpoint", "address", s.addr, "path", Path)
+	log.Info("Serving the grant endpoint", "address", s.addr, "paths", []string{Path, ExitPath})
 	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving the grant endpoint: %w", err)
 	}

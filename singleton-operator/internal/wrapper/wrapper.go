@@ -1,7 +1,21 @@
 // Package wrapper is the entrypoint of every app container of a StatefulSingleton pod in Wrapper hold
 // mode. It blocks until the pod's status-sidecar writes the start signal (/var/run/signal/start-signal),
-// then replaces itself with the container's original command (execve): the app becomes the container's
-// main process, receives its signals directly and its exit code is the container's.
+// then runs the container's original command in one of two ways:
+//
+//   - supervise: when the wrapper is the container's PID 1 and the pod has the exit volume (its
+//     container named in STATEFULSINGLETON_CONTAINER, singletonv1.ExitDir present), it starts the app as
+//     its child, forwards it every signal it receives and reaps every process of the container as an
+//     init does. Once the app has exited it kills what is left of the container, and only when no
+//     other process is left records "exited <code>" for the sidecar (package internal/exitreport), then
+//     exits with the app's code (128+signal when a signal killed it). That record is what lets the
+//     sidecar report the exit to the operator, which then releases the next pod without waiting for
+//     the kubelet to confirm the stop. A pod that stops before the app started is fenced: the wrapper
+//     then exits 143 without starting it.
+//   - exec: otherwise (a pod sharing its process namespace or the host's, where the wrapper is not
+//     PID 1 and could neither reap nor kill the rest of its container; or a pod admitted without the
+//     exit volume) it replaces itself with the app (execve), as before the exit report existed: the
+//     app is the container's main process and its exit code is the container's, and the sidecar
+//     reports nothing (the operator waits for the kubelet).
 //
 // The original argv comes from ORIGINAL_ENTRYPOINT, a JSON array of strings written by the admission
 // webhook. The webhook doubles every $ so the kubelet passes the JSON verbatim; the wrapper then
@@ -9,7 +23,8 @@
 // unwrapped — spaces, quotes and commas included — and no shell is needed in the image.
 //
 // Fail closed: without the signal file the app never starts. A missing or malformed ORIGINAL_ENTRYPOINT
-// or signal directory is an error (exit 126); SIGTERM or SIGINT before the grant exits with 143 or 130.
+// or signal directory, or an exit directory the wrapper cannot write, is an error (exit 126); SIGTERM or
+// SIGINT before the grant exits with 143 or 130.
 //
 // The code is shared by two binaries: cmd/singleton-wrapper, and cmd/status-sidecar, which copies itself
 // into the pod (its postStart hook, `status-sidecar install-wrapper <path>`) and runs as the wrapper when
@@ -31,6 +46,7 @@ import (
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 	"github.com/statefulops/statefulops/shared/podmutation"
+	"github.com/statefulops/statefulops/singleton-operator/internal/exitreport"
 )
 
 // envSignalFile overrides the start-signal path (tests run the wrapper outside a pod).
@@ -66,13 +82,46 @@ func Main() {
 	if f := os.Getenv(envSignalFile); f != "" {
 		signalFile = f
 	}
+	// The mode depends on the container alone, so it is known before the wait; the signals the app is
+	// to get are caught from then on, so none arriving between the grant and the app's start is lost.
+	exitDir, name, supervised := supervision()
+	sigs := make(chan os.Signal, 16)
+	if supervised {
+		signal.Notify(sigs, forwarded...)
+	} else {
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	}
 	fmt.Fprintf(os.Stderr, "StatefulSingleton: waiting for the start grant (%s) before running %q\n", signalFile, argv)
-	if err := waitForFile(signalFile); err != nil {
+	if err := waitForFile(signalFile, sigs); err != nil {
 		fail("waiting for the start signal: %v", err)
 	}
+	if supervised {
+		os.Exit(supervise(path, argv, exitDir, name, exitreport.StoppingFile(signalFile), sigs))
+	}
+	// A signal from now on ends the wrapper as it would the app (it has no handler to queue it for).
+	signal.Stop(sigs)
 	// exec: the app replaces the wrapper as the container's process.
 	err = syscall.Exec(path, argv, os.Environ())
 	fail("executing %s: %v", path, err)
+}
+
+// supervision returns the exit directory and the container's name when the wrapper is to supervise its
+// app. Only as the container's PID 1 can it reap, and kill, every process of the container (package
+// doc); elsewhere, or in a pod admitted without the exit volume, it execs as before.
+func supervision() (dir, name string, ok bool) {
+	name, dir = os.Getenv(singletonv1.EnvContainerName), exitreport.Dir()
+	if name == "" {
+		return "", "", false
+	}
+	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+		fmt.Fprintf(os.Stderr, "StatefulSingleton: no exit directory %s: the app's exit will not be reported\n", dir)
+		return "", "", false
+	}
+	if pid := os.Getpid(); pid != 1 {
+		fmt.Fprintf(os.Stderr, "StatefulSingleton: the wrapper is not the container's PID 1 (%d: a shared process namespace): the app's exit will not be reported\n", pid)
+		return "", "", false
+	}
+	return dir, name, true
 }
 
 // appLookup is the environment the app's argv is expanded with: the container's, without the
@@ -102,8 +151,9 @@ func lookPath(name string) (string, error) {
 }
 
 // waitForFile returns once path exists. It watches the directory with inotify (no polling), so it
-// returns as soon as the file is created or renamed into place. SIGTERM and SIGINT end the process.
-func waitForFile(path string) error {
+// returns as soon as the file is created or renamed into place. SIGTERM and SIGINT received on sigs end
+// the process; other signals are dropped (they were meant for an app that does not run yet).
+func waitForFile(path string, sigs <-chan os.Signal) error {
 	watcher, err := fsnotify.NewWatcher()
 	if err != nil {
 		return err
@@ -112,9 +162,6 @@ func waitForFile(path string) error {
 	if err := watcher.Add(filepath.Dir(path)); err != nil {
 		return err
 	}
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(stop)
 	// Checked after the watch is in place, so a file created in between is not missed.
 	if _, err := os.Stat(path); err == nil {
 		return nil
@@ -133,9 +180,11 @@ func waitForFile(path string) error {
 			}
 		case err := <-watcher.Errors:
 			return err
-		case s := <-stop:
-			fmt.Fprintf(os.Stderr, "StatefulSingleton: %v before the start grant; the app never started\n", s)
-			os.Exit(128 + int(s.(syscall.Signal)))
+		case s := <-sigs:
+			if s == syscall.SIGTERM || s == syscall.SIGINT {
+				fmt.Fprintf(os.Stderr, "StatefulSingleton: %v before the start grant; the app never started\n", s)
+				os.Exit(128 + int(s.(syscall.Signal)))
+			}
 		}
 	}
 }

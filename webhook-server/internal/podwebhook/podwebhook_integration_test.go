@@ -160,6 +160,87 @@ func TestAMatchingPodIsMutatedAndAcceptedByTheAPIServer(t *testing.T) {
 	assert.Empty(t, pod.Spec.InitContainers)
 	assert.Equal(t, grantCA1, sidecarEnv(pod, "GRANT_CA"), "the sidecar trusts the CA of the operator's grant Secret")
 	assert.Empty(t, pod.Spec.SchedulingGates)
+	checkExitLayout(t, pod, "app")
+}
+
+// checkExitLayout checks the exit report's part of a stored Wrapper pod whose app containers are apps:
+// the in-memory exit volume, mounted read-write in every app container (told its own name) and in the
+// sidecar (told the app containers); the signal volume read-only in the app containers.
+func checkExitLayout(t *testing.T, pod *corev1.Pod, apps ...string) {
+	t.Helper()
+	var exit *corev1.Volume
+	for i := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[i].Name == singletonv1.ExitVolumeName {
+			exit = &pod.Spec.Volumes[i]
+		}
+	}
+	require.NotNil(t, exit, "volume %s", singletonv1.ExitVolumeName)
+	require.NotNil(t, exit.EmptyDir)
+	assert.Equal(t, corev1.StorageMediumMemory, exit.EmptyDir.Medium)
+	assert.Equal(t, "1Mi", exit.EmptyDir.SizeLimit.String())
+	mount := func(c corev1.Container, volume string) *corev1.VolumeMount {
+		for i := range c.VolumeMounts {
+			if c.VolumeMounts[i].Name == volume {
+				return &c.VolumeMounts[i]
+			}
+		}
+		return nil
+	}
+	var got []string
+	for _, c := range pod.Spec.Containers {
+		m := mount(c, singletonv1.ExitVolumeName)
+		if assert.NotNil(t, m, "container %s mounts %s", c.Name, singletonv1.ExitVolumeName) {
+			assert.Equal(t, singletonv1.ExitDir, m.MountPath, c.Name)
+			assert.False(t, m.ReadOnly, c.Name)
+		}
+		if c.Name == singletonv1.SidecarContainerName {
+			continue
+		}
+		got = append(got, c.Name)
+		if m := mount(c, singletonv1.SignalVolumeName); assert.NotNil(t, m, c.Name) {
+			assert.True(t, m.ReadOnly, "the signal stays read-only in %s", c.Name)
+		}
+		var self []string
+		for _, e := range c.Env {
+			if e.Name == singletonv1.EnvContainerName {
+				self = append(self, e.Value)
+			}
+		}
+		assert.Equal(t, []string{c.Name}, self, "%s of %s", singletonv1.EnvContainerName, c.Name)
+	}
+	assert.Equal(t, apps, got)
+	assert.Equal(t, strings.Join(apps, ","), sidecarEnv(pod, singletonv1.EnvAppContainers))
+}
+
+// The injected parts (the sidecar, the exit, signal and wrapper volumes, the token) keep a pod that meets
+// the restricted Pod Security profile within it: the API server's PodSecurity admission, enforcing
+// restricted on the namespace, stores the mutated pod. The unmutated pod that does not meet the
+// profile is refused, so the check is real.
+func TestAWrappedPodIsAdmittedUnderRestrictedPodSecurity(t *testing.T) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "restricted-", Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+	}}}
+	require.NoError(t, k8s.Create(t.Context(), ns))
+	newSingleton(t, ns.Name, "db", singletonv1.HoldModeWrapper, map[string]string{"app": "db"})
+
+	loose := newPod(ns.Name, "web-0", map[string]string{"app": "web"}, "/bin/web")
+	err := k8s.Create(t.Context(), loose)
+	require.Error(t, err, "PodSecurity enforces restricted on the namespace")
+	assert.Contains(t, err.Error(), "restricted")
+
+	pod := newPod(ns.Name, "db-0", map[string]string{"app": "db"}, "/bin/server")
+	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{Name: "metrics", Image: "registry.example/exporter:1", Command: []string{"/exporter"}})
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: new(true), RunAsUser: new(int64(1000)),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: new(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+	}
+	require.NoError(t, k8s.Create(t.Context(), pod), "the mutated pod meets the restricted profile")
+	assert.Equal(t, "Wrapper", pod.Annotations[singletonv1.AnnotationHoldMode])
+	require.Len(t, pod.Spec.Containers, 3)
+	assert.Equal(t, singletonv1.SidecarContainerName, pod.Spec.Containers[0].Name)
+	checkExitLayout(t, pod, "app", "metrics")
 }
 
 func TestSchedulingGateModeAndTheFallbackAreAcceptedByTheAPIServer(t *testing.T) {

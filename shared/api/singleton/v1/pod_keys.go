@@ -65,4 +65,28 @@ const (
 	// EnvOriginalEntrypoint holds a wrapped container's original command and args as a JSON array of
 	// strings, the exact argv the wrapper executes (the original operator's variable name).
 	EnvOriginalEntrypoint = "ORIGINAL_ENTRYPOINT"
+
+	// Exit report (docs/singleton.md, "Handover on the process's exit"): a terminating pod's
+	// status-sidecar tells the operator that every wrapped app process has exited, so the next pod is
+	// released without waiting for the kubelet to confirm the stop.
+
+	// AnnotationExited is written by the operator on a terminating Wrapper pod whose status-sidecar
+	// reported the exit of every app container (value: the app containers' names, comma-separated). A
+	// pod with a deletionTimestamp whose annotation names every container but the status-sidecar no
+	// longer blocks a release.
+	AnnotationExited = "apps.statefulsingleton.com/exited"
+	// ExitVolumeName is the emptyDir where the wrappers record their app's state (read-write in the app
+	// containers and the sidecar).
+	ExitVolumeName = "statefulsingleton-exit"
+	// ExitDir is where ExitVolumeName is mounted. Per app container <name>: the file <name> holds
+	// "running" or "exited"; <name>.lock is flocked by the living wrapper for its whole life.
+	ExitDir = "/var/run/statefulsingleton-exit"
+	// StoppingFile is the fence the sidecar writes (under a flock of ExitDir) once the pod is stopping:
+	// a wrapper that finds it never starts its app, so no app can start after the sidecar looked.
+	StoppingFile = SignalDir + "/stopping"
+	// EnvContainerName names its own container to the wrapper (its ExitDir files).
+	EnvContainerName = "STATEFULSINGLETON_CONTAINER"
+	// EnvAppContainers lists the wrapped app containers (comma-separated) to the sidecar: the ones
+	// whose exit it waits for and reports.
+	EnvAppContainers = "STATEFULSINGLETON_APP_CONTAINERS"
 )
