@@ -32,7 +32,7 @@ const (
 	// benchRollouts is the sample count of each side of the end-to-end gap on kwok (a rollout each).
 	benchRollouts = 25
 	// benchRealNodeHandovers is the sample count of each side on the real node (seconds each).
-	benchRealNodeHandovers = 20
+	benchRealNodeHandovers = 30
 )
 
 // TestBenchSingletonHandover measures, on kwok nodes, the singleton operator's own share of a
@@ -146,6 +146,7 @@ func TestBenchSingletonRealNode(t *testing.T) {
 		ns       string
 		timeline *podTimeline
 		noReport bool // shareProcessNamespace: no exit report
+		marks    []benchMark
 	}
 	image := framework.ServeTestAppRegistry(t)
 	sides := []*side{
@@ -175,8 +176,10 @@ func TestBenchSingletonRealNode(t *testing.T) {
 		for _, sd := range sides {
 			epoch := singletonEpoch(t, sd.ns, "app")
 			if i%2 == 0 {
+				sd.marks = append(sd.marks, benchMark{time.Now(), benchScenarioRollout})
 				benchBumpTemplate(t, framework.Clientset, sd.ns, i)
 			} else {
+				sd.marks = append(sd.marks, benchMark{time.Now(), benchScenarioPodDelete})
 				require.NoError(t, framework.Clientset.CoreV1().Pods(sd.ns).Delete(t.Context(), singletonStatus(t, sd.ns).Status.ActivePod, metav1.DeleteOptions{}))
 			}
 			waitSingletonActive(t, sd.ns, "app", epoch+1)
@@ -186,80 +189,109 @@ func TestBenchSingletonRealNode(t *testing.T) {
 		benchWaitOneReadyPod(t, framework.Clientset, plainNS)
 	}
 
-	scenario := func(time.Time) string { return "rollout or pod delete" }
-	plainOverlaps, plainHs := checkHandovers(t, readIntervals(t, plainNS, "app-"), plainTimeline, scenario)
+	plainOverlaps, plainHs := checkHandovers(t, readIntervals(t, plainNS, "app-"), plainTimeline, func(time.Time) string { return "rollout" })
 	logHandovers(t, "BENCH plain Recreate:", plainHs)
 	assert.Zero(t, plainOverlaps, "process intervals of the Recreate Deployment overlap")
 	var plainGaps []float64
 	for _, h := range plainHs {
 		plainGaps = append(plainGaps, benchMs(h.gap))
 	}
-	const method = "the e2e test app's own start/stop records on the real node (kubelet + containerd); singleton: a one-replica " +
-		"Deployment (RollingUpdate) under a StatefulSingleton, alternately rolled out and its pod deleted (%d handovers, " +
-		"operator and webhook-server installed from deploy/singleton-operator.yaml, running on the real node); baseline: the same " +
-		"Deployment with strategy Recreate and no singleton, rolled out as often, same run (the rows of this test interleave their handovers). "
+	const method = "the e2e test app's own start/stop records on the real node (kubelet + containerd; the app takes 0.2 s to stop); " +
+		"singleton: a one-replica Deployment (RollingUpdate) under a StatefulSingleton, alternately rolled out and its pod deleted " +
+		"(%d handovers of this kind, operator and webhook-server installed from deploy/singleton-operator.yaml, running on the real " +
+		"node); baseline: the same Deployment with strategy Recreate and no singleton, rolled out as often, same run (the rows of this " +
+		"test interleave their handovers). "
 	for _, sd := range sides {
-		overlaps, hs := checkHandovers(t, readIntervals(t, sd.ns, "app-"), sd.timeline, scenario)
+		scenarioAt := func(at time.Time) string {
+			name := "initial start"
+			for _, m := range sd.marks {
+				if !at.Before(m.at) {
+					name = m.name
+				}
+			}
+			return name
+		}
+		overlaps, hs := checkHandovers(t, readIntervals(t, sd.ns, "app-"), sd.timeline, scenarioAt)
 		logHandovers(t, "BENCH singleton "+sd.label+":", hs)
 		assert.Zero(t, overlaps, "process intervals of the singleton (%s) overlap", sd.label)
-		var gaps, grants []float64
-		reported := 0
-		for _, h := range hs {
-			if h.reported {
-				reported++
+		for _, scenario := range []string{benchScenarioRollout, benchScenarioPodDelete} {
+			var gaps, grants []float64
+			reported := 0
+			for _, h := range hs {
+				if h.scenario != scenario {
+					continue
+				}
+				if h.reported {
+					reported++
+				}
+				gaps = append(gaps, benchMs(h.gap))
+				if h.prestarted {
+					grants = append(grants, benchMs(h.toRun))
+				}
 			}
-			gaps = append(gaps, benchMs(h.gap))
-			if h.prestarted {
-				grants = append(grants, benchMs(h.toRun))
+			require.NotEmpty(t, gaps, "handovers measured (%s, %s)", sd.label, scenario)
+			if sd.mode == singletonv1.HoldModeWrapper && !sd.noReport {
+				assert.Positive(t, reported, "%s, %s: handovers on the old pod's exit report", sd.label, scenario)
+			} else {
+				assert.Zero(t, reported, "%s, %s: handovers on an exit report", sd.label, scenario)
 			}
-		}
-		require.NotEmpty(t, gaps, "handovers measured (%s)", sd.label)
-		if sd.mode == singletonv1.HoldModeWrapper && !sd.noReport {
-			assert.Positive(t, reported, "%s: handovers on the old pod's exit report", sd.label)
-		} else {
-			assert.Zero(t, reported, "%s: handovers on an exit report", sd.label)
-		}
-		name, note := "real gap, Wrapper mode (old process exit -> new process start)", fmt.Sprintf(method, len(hs))+
-			fmt.Sprintf("%d of %d handovers went on the old pod's exit report (its status-sidecar saw every app process exit; the "+
-				"operator released the new pod without waiting for the kubelet's confirmation). ", reported, len(hs))+
-			"A singleton Deployment with strategy Recreate is not measured here: its new pod is created only after the old one is gone, so "+
-			"its whole start is in the gap, as in the baseline. After a pod deletion the replacement may still be starting when the "+
-			"old pod's exit is reported; the test log splits every gap (logHandovers)."
-		// Issue 20: tens of milliseconds between processes, at most 0.15 x Recreate's median.
-		targets := []benchfmt.Target{benchfmt.AtMost("p50", 100), benchfmt.AtMost("p99", 250), benchfmt.AtMost("ratio", 0.15)}
-		if sd.noReport {
-			name = "real gap, Wrapper mode without the exit report (old process exit -> new process start)"
-			note = fmt.Sprintf(method, len(hs)) + "The same pods with shareProcessNamespace: true, where the wrapper is not its " +
-				"container's PID 1 and cannot know that every process of the container is gone: it execs the app, nothing is reported, " +
-				"and the operator waits for the kubelet's confirmation of the stop (old pod gone from the API), as every Wrapper pod did " +
-				"before the exit report."
-			targets = []benchfmt.Target{benchfmt.AtMost("p99", 1000), benchfmt.AtMost("ratio", 0.5)}
-		} else if sd.image != "" {
-			name = "real gap, " + sd.label + " (old process exit -> new process start)"
-			note = fmt.Sprintf(method, len(hs)) + "The pod names the test app's image in a registry the kubelet pulls from " +
-				"(go-containerregistry's registry on the pod network's gateway, containerd configured for it) and sets no command: in " +
-				"Wrapper mode the webhook-server read the image's ENTRYPOINT from the registry; in SchedulingGate mode the same pod is " +
-				"gated, as every pod without command was before image configs were read (issue 20)."
-			if sd.mode != singletonv1.HoldModeWrapper {
+			name := fmt.Sprintf("real gap, %s, %s (old process exit -> new process start)", sd.label, scenario)
+			note := fmt.Sprintf(method, len(gaps))
+			// Issue 20: tens of milliseconds between processes, at most 0.15 x Recreate's median.
+			targets := []benchfmt.Target{benchfmt.AtMost("p50", 100), benchfmt.AtMost("p99", 250), benchfmt.AtMost("ratio", 0.15)}
+			switch {
+			case sd.noReport:
+				note += "The same pods with shareProcessNamespace: true, where the wrapper is not its container's PID 1 and cannot " +
+					"know that every process of the container is gone: it execs the app, nothing is reported, and the operator waits " +
+					"for the kubelet's confirmation of the stop (old pod gone from the API), as every Wrapper pod did before the exit report."
 				targets = nil
+			case sd.mode != singletonv1.HoldModeWrapper:
+				note += "The pod names the test app's image in a registry and sets no command, held with the scheduling gate, as every " +
+					"pod without command was before image configs were read: the new pod is scheduled and started only once released."
+				targets = nil
+			default:
+				note += fmt.Sprintf("%d of %d handovers went on the old pod's exit report (its status-sidecar saw every app process "+
+					"exit; the operator released the new pod without waiting for the kubelet's confirmation). ", reported, len(gaps))
+				if sd.image != "" {
+					note += "The pod names the test app's image in a registry the kubelet pulls from (go-containerregistry's registry " +
+						"on the pod network's gateway) and sets no command: the webhook-server read its ENTRYPOINT from the registry. "
+				}
+				if scenario == benchScenarioPodDelete {
+					note += "After a pod deletion the ReplicaSet creates the replacement only then, and a pod takes longer to start on " +
+						"this node (~0.7-1 s) than the test app takes to stop (0.2 s): the replacement is often still starting when " +
+						"the old pod's exit is reported, and its start is in the gap (the test log splits every gap, logHandovers). " +
+						"An app that takes longer to stop than a pod takes to start gets the rollout's figure."
+				}
 			}
-		}
-		framework.RecordFigure(t, benchfmt.Figure{
-			Operator: "singleton", Name: name, Unit: "ms", Where: "real node",
-			Samples: gaps, Baseline: "plain Deployment, strategy Recreate, same app", BaselineSamples: plainGaps,
-			Targets: targets, Note: note,
-		})
-		if sd.image == "" && !sd.noReport && len(grants) > 0 {
 			framework.RecordFigure(t, benchfmt.Figure{
-				Operator: "singleton", Name: "grant -> wrapped process started", Unit: "ms", Where: "real node",
-				Samples: grants,
-				Targets: []benchfmt.Target{benchfmt.AtMost("p99", 50)},
-				Note: "handovers of the Wrapper-mode figure above whose new pod ran (wrapper waiting) before the release: the harness's watch " +
-					"event of the release (epoch annotation) to the app's own start record (status-sidecar long-poll answered, start signal " +
-					"written, inotify wakes the wrapper, exec). No baseline: nothing native holds a started process.",
+				Operator: "singleton", Name: name, Unit: "ms", Where: "real node",
+				Samples: gaps, Baseline: "plain Deployment, strategy Recreate, same app", BaselineSamples: plainGaps,
+				Targets: targets, Note: note,
 			})
+			if sd.label == "Wrapper" && scenario == benchScenarioRollout && len(grants) > 0 {
+				framework.RecordFigure(t, benchfmt.Figure{
+					Operator: "singleton", Name: "grant -> wrapped process started", Unit: "ms", Where: "real node",
+					Samples: grants,
+					Targets: []benchfmt.Target{benchfmt.AtMost("p99", 50)},
+					Note: "the rollouts of the Wrapper-mode figure above (the new pod ran, wrapper waiting, before the release): the " +
+						"harness's watch event of the release (epoch annotation) to the app's own start record (status-sidecar long-poll " +
+						"answered, start signal written, inotify wakes the wrapper, which starts the app). No baseline: nothing native " +
+						"holds a started process.",
+				})
+			}
 		}
 	}
+}
+
+// The scenarios of TestBenchSingletonRealNode, and when each trigger was pulled.
+const (
+	benchScenarioRollout   = "RollingUpdate rollout"
+	benchScenarioPodDelete = "pod delete"
+)
+
+type benchMark struct {
+	at   time.Time
+	name string
 }
 
 // benchPodTimes is what a benchPodClock saw of one pod, in the harness's clock.

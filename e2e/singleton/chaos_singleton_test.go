@@ -187,16 +187,23 @@ func podNode(t *testing.T, ns, name string) string {
 	return pod.Spec.NodeName
 }
 
-// releasedIntervals returns, per pod the timeline saw released, [released, gone) in the test's clock
-// (gone zero: still there).
+// releasedIntervals returns, per pod the timeline saw released, [released, gone or exit reported) in
+// the test's clock (zero: still there).
 func releasedIntervals(tl *podTimeline) [][2]time.Time {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	var out [][2]time.Time
 	for _, pt := range tl.pods {
-		if !pt.released.IsZero() {
-			out = append(out, [2]time.Time{pt.released, pt.gone})
+		if pt.released.IsZero() {
+			continue
 		}
+		// A released pod stops counting once it is gone, or once its exit was reported (the operator's
+		// rule, exitReported), whichever the harness saw first.
+		end := pt.gone
+		if !pt.exited.IsZero() && (end.IsZero() || pt.exited.Before(end)) {
+			end = pt.exited
+		}
+		out = append(out, [2]time.Time{pt.released, end})
 	}
 	slices.SortFunc(out, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })
 	return out
