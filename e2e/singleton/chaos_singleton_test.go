@@ -197,12 +197,7 @@ func releasedIntervals(tl *podTimeline) [][2]time.Time {
 		if pt.released.IsZero() {
 			continue
 		}
-		// A released pod stops counting once it is gone, or once its exit was reported (the operator's
-		// rule, exitReported), whichever the harness saw first.
-		end := pt.gone
-		if !pt.exited.IsZero() && (end.IsZero() || pt.exited.Before(end)) {
-			end = pt.exited
-		}
+		end, _ := pt.cleared()
 		out = append(out, [2]time.Time{pt.released, end})
 	}
 	slices.SortFunc(out, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })

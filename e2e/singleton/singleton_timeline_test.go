@@ -159,6 +159,15 @@ func allRunning(pod *corev1.Pod) bool {
 	return true
 }
 
+// cleared is when the pod stopped blocking a release as the operator sees it: gone, or its exit
+// reported, whichever the harness saw first (zero: neither yet); reported says it was the report.
+func (pt podTimes) cleared() (at time.Time, reported bool) {
+	if !pt.exited.IsZero() && (pt.gone.IsZero() || pt.exited.Before(pt.gone)) {
+		return pt.exited, true
+	}
+	return pt.gone, false
+}
+
 func (tl *podTimeline) get(uid string) podTimes {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -260,10 +269,8 @@ func checkHandovers(t *testing.T, ivs []*interval, tl *podTimeline, scenarioAt f
 			continue
 		}
 		h := handover{scenario: scenarioAt(next.start), from: prev.pod, to: next.pod, gap: next.start.Sub(stop)}
-		cleared := old.gone
-		if !old.exited.IsZero() && (cleared.IsZero() || old.exited.Before(cleared)) {
-			cleared, h.reported = old.exited, true
-		}
+		cleared, reported := old.cleared()
+		h.reported = reported
 		if !cleared.IsZero() && !cur.released.IsZero() {
 			h.toGone = cleared.Sub(stop)
 			h.toRelease = cur.released.Sub(cleared)

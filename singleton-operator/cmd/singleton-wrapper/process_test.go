@@ -208,9 +208,6 @@ const podUID = "0c5e6a3e-0000-4000-8000-000000000001"
 
 func startPod(t *testing.T, o podOptions) *pod {
 	t.Helper()
-	if o.pid1 && os.Geteuid() != 0 {
-		t.Skip("a PID namespace of the wrapper's own needs root")
-	}
 	p := &pod{t: t, dir: t.TempDir(), grantCh: make(chan struct{})}
 	p.exitDir = filepath.Join(p.dir, "exit")
 	if o.apps == nil {
@@ -273,6 +270,12 @@ func startPod(t *testing.T, o podOptions) *pod {
 	p.wrapper.Stderr = testWriter{t, "wrapper"}
 	if o.pid1 {
 		p.wrapper.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+		if uid, gid := os.Getuid(), os.Getgid(); uid != 0 {
+			// Without root, a user namespace of its own (mapped to this user) lets it have the PID one.
+			p.wrapper.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+			p.wrapper.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+			p.wrapper.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		}
 	}
 	// As the PID 1 of its namespace, its death at the cleanup takes every process of the namespace with it.
 	p.exitCode = startProcess(t, p.wrapper)
