@@ -366,7 +366,18 @@ func uninstallCases() []uninstallCase {
 			before: func(t *testing.T, namespaces []string) any {
 				roles := map[string]map[string]string{}
 				for _, ns := range namespaces {
-					roles[ns] = podRoles(t, ns, "app=postgres")
+					// The lock is Ready once it has a writer, which can be while the StatefulSet is still
+					// creating its later pods (OrderedReady): the record is taken once every replica is
+					// Ready and labelled, else a pod labelled after it (or never, the operator gone)
+					// would read as a change the uninstall made.
+					require.Eventually(t, func() bool {
+						sts, err := framework.Clientset.AppsV1().StatefulSets(ns).Get(t.Context(), "postgres-cluster", metav1.GetOptions{})
+						if err != nil || sts.Spec.Replicas == nil || sts.Status.ReadyReplicas != *sts.Spec.Replicas {
+							return false
+						}
+						roles[ns] = podRoles(t, ns, "app=postgres")
+						return len(roles[ns]) == int(*sts.Spec.Replicas) && countRole(roles[ns], "") == 0
+					}, framework.Timeout, framework.Tick, "every pod of postgres-cluster in %s Ready and labelled", ns)
 					require.Equal(t, 1, countRole(roles[ns], "writer"), "one writer in %s: %v", ns, roles[ns])
 					_, err := framework.Clientset.CoordinationV1().Leases(ns).Get(t.Context(), "postgres-cluster-leader-lease", metav1.GetOptions{})
 					require.NoError(t, err, "the lock's Lease in %s", ns)
