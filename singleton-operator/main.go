@@ -22,7 +22,11 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 func main() {
-	opts, grants := &controller.Options{}, &grant.ServeConfig{}
+	opts, grants := &controller.Options{}, &grant.ServeConfig{Exits: grant.NewExits()}
+	// The controller learns of the grant server's accepted exit reports, and the grant server of the
+	// controller's releases, in process rather than through the pods' watch events (both are on the
+	// handover's critical path; the annotations stay the record, and another replica goes by them).
+	opts.Exits, opts.Released = grants.Exits, grants.Released
 	manager.Main(manager.Options{
 		Name:             "singleton-operator",
 		Short:            "Runs StatefulSingleton: no two pods of a singleton ever run their main process at once.",

@@ -9,7 +9,8 @@
 //
 // When the pod stops (SIGTERM), it reports the exit of the app processes, so that the operator releases
 // the next pod without waiting for the kubelet to confirm the stop: it fences off any app start still to
-// come, waits until the wrapper of every app container has recorded that its app and every other process
+// come, sends the stopping notice (/v1/stopping: the operator reviews the token while the apps stop),
+// waits until the wrapper of every app container has recorded that its app and every other process
 // of its container are gone (package internal/exitreport), and posts {"namespace", "name", "uid",
 // "containers"} to /v1/exited on the grant endpoint's server, with the same token, for at most
 // reportBudget. A pod never released has nothing to report, and an exit the sidecar cannot vouch for (a
@@ -78,8 +79,12 @@ type exitAnswer struct {
 	Recorded bool `json:"recorded"`
 }
 
-// exitedPath is the exit report's endpoint (grant.ExitPath) on the grant endpoint's server.
-const exitedPath = "/v1/exited"
+// exitedPath is the exit report's endpoint (grant.ExitPath) on the grant endpoint's server, stoppingPath
+// the stopping notice's (grant.StoppingPath).
+const (
+	exitedPath   = "/v1/exited"
+	stoppingPath = "/v1/stopping"
+)
 
 type config struct {
 	url        string
@@ -89,6 +94,7 @@ type config struct {
 	client     *http.Client
 
 	exitedURL    string
+	stoppingURL  string
 	exitDir      string
 	stoppingFile string
 	apps         []string // the wrapped app containers; none: no exit report
@@ -139,6 +145,8 @@ func load() (config, error) {
 	}
 	u.Path, u.RawPath, u.RawQuery = exitedPath, "", ""
 	cfg.exitedURL = u.String()
+	u.Path = stoppingPath
+	cfg.stoppingURL = u.String()
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if ca := os.Getenv("GRANT_CA"); ca != "" {
 		pool := x509.NewCertPool()
@@ -273,10 +281,12 @@ func reportExit(cfg config) {
 		log.Printf("stopping before the start grant: no app ran, nothing to report")
 		return
 	}
+	noticed := notifyStopping(cfg)
 	if err := waitExited(cfg.exitDir, cfg.apps); err != nil {
 		log.Printf("no exit report: %v", err)
 		return
 	}
+	<-noticed // mostly over long before: the apps take longer to stop
 
 	ctx, cancel := context.WithTimeout(context.Background(), reportBudget)
 	defer cancel()
@@ -298,6 +308,33 @@ func reportExit(cfg config) {
 		case <-time.After(reportRetry):
 		}
 	}
+}
+
+// stoppingNoticeBudget bounds the stopping notice.
+const stoppingNoticeBudget = time.Second
+
+// notifyStopping sends the stopping notice (grant.StoppingPath) while the apps stop, so that the
+// operator has reviewed the token and the connection is open when the exit report follows: the
+// report's round trip is then the annotation's write only. The returned channel is closed once the
+// notice ended, at most stoppingNoticeBudget later; its outcome only makes the report faster or not.
+func notifyStopping(cfg config) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), stoppingNoticeBudget)
+		defer cancel()
+		resp, err := post(ctx, cfg, cfg.stoppingURL, cfg.req)
+		if err != nil {
+			log.Printf("stopping notice failed: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			log.Printf("stopping notice refused: %v", statusError(resp))
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096)) // so the connection is reused
+	}()
+	return done
 }
 
 // waitExited returns once the marker of every app container says "exited", or at the first one whose

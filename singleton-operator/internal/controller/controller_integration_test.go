@@ -25,6 +25,7 @@ import (
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 	"github.com/statefulops/statefulops/shared/testsupport"
+	"github.com/statefulops/statefulops/singleton-operator/internal/grant"
 )
 
 // A held pod is released only once every other pod is gone from the API or terminal: a pod being
@@ -97,6 +98,49 @@ func TestExitReportReleasesBeforeTheOldPodIsGone(t *testing.T) {
 	ss := f.waitCondition("db", singletonv1.ConditionReady, metav1.ConditionTrue)
 	assert.Equal(t, "new", ss.Status.ActivePod)
 	assert.NotNil(t, ss.Status.LastTransitionDuration, "the handover is timed from the exit report")
+}
+
+// An exit report accepted by the grant server of the same process (grant.Exits) counts at once: the
+// controller takes the old pod as stopped before its annotation is written, but releases the held pod
+// only once the write succeeded — the invariant checker, which goes by the annotations, never sees
+// two released pods — and a write that failed releases nothing. Released tells the grant server of
+// the release.
+func TestAcceptedExitReportReleasesOnceRecorded(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	exits := grant.NewExits()
+	var grantsTold atomic.Int32
+	startOperatorWithOptions(t, Options{Exits: exits, Released: func(p *corev1.Pod) {
+		if p.Name == "new" && p.Annotations[singletonv1.AnnotationStartGranted] != "" {
+			grantsTold.Add(1)
+		}
+	}}, nil)
+	f.createSingleton("db")
+	f.createPod("old", releasedAt(1), func(p *corev1.Pod) {
+		p.Finalizers = []string{"test.statefulops.io/keep"} // a delete leaves it terminating
+		p.Spec.Containers = []corev1.Container{{Name: "main", Image: "db"}, {Name: singletonv1.SidecarContainerName, Image: "sidecar"}}
+	})
+	t.Cleanup(func() {
+		old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "old"}}
+		_ = suite.Client.Patch(context.Background(), old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("old")))
+	f.neverReleased("new", time.Second)
+
+	// Accepted, then its write fails: nothing is released, and the pod blocks again.
+	exits.Begin(f.pod("old"))(errors.New("injected: the annotation's patch failed"))
+	f.neverReleased("new", time.Second)
+
+	// Accepted, its write under way: still held (the controller has listed and reserved meanwhile).
+	end := exits.Begin(f.pod("old"))
+	f.neverReleased("new", time.Second)
+	raw := fmt.Sprintf(`{"metadata":{"annotations":{%q:"main"}}}`, singletonv1.AnnotationExited)
+	require.NoError(t, suite.Client.Patch(t.Context(), f.pod("old"), client.RawPatch(types.MergePatchType, []byte(raw))))
+	end(nil)
+	f.waitReleased("new")
+	assert.Equal(t, int32(1), grantsTold.Load(), "the grant server is told of the release once")
+	assert.False(t, f.pod("old").DeletionTimestamp.IsZero(), "the old pod is still in the API, being deleted")
 }
 
 // SchedulingGate release removes the gate and stamps the epoch.

@@ -29,6 +29,10 @@ type classifiedPods struct {
 	active    []*corev1.Pod // released pods that are not terminal
 	ungated   []*corev1.Pod // ungated pods that are not terminal
 	candidate *corev1.Pod
+	// exitsAccepted are terminating pods counted as stopped on an exit report this process's grant
+	// server accepted but whose annotation the list did not show yet (ExitReports): nothing may be
+	// released until it is written.
+	exitsAccepted []types.UID
 }
 
 // listPods lists and classifies the singleton's pods: from the caches, or with live from the API server.
@@ -52,7 +56,12 @@ func (r *Reconciler) listPods(ctx context.Context, ss *singletonv1.StatefulSingl
 	for i := range list.Items {
 		pod := &list.Items[i]
 		pods.all = append(pods.all, pod)
-		switch classify(pod) {
+		state := classify(pod)
+		if (state == stateReleased || state == stateUngated) && r.exitAccepted(pod) {
+			state = stateTerminal
+			pods.exitsAccepted = append(pods.exitsAccepted, pod.UID)
+		}
+		switch state {
 		case stateHeld:
 			pods.held = append(pods.held, pod)
 		case stateReleased:

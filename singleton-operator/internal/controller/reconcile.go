@@ -39,10 +39,11 @@ type scope struct {
 }
 
 // handoverTiming is where a reconcile that releases a pod spent its time, for the release's log line:
-// when it began, and how long its live list and its epoch reservation (run concurrently) took.
+// when it began, how long its live list and its epoch reservation (run concurrently) took, and how long
+// it then waited for the record of the exit reports it counted on (ExitReports).
 type handoverTiming struct {
-	began         time.Time
-	list, reserve time.Duration
+	began                     time.Time
+	list, reserve, exitRecord time.Duration
 }
 
 // Reconcile applies the safety rules of the package documentation to one StatefulSingleton: get it

@@ -193,7 +193,32 @@ func (r *Reconciler) reserveAndList(ctx context.Context, s *scope) (*classifiedP
 		return nil, 0, l.err
 	}
 	s.timing.list, s.timing.reserve = l.took, reserveTook
+	recordStart := r.Clock.Now()
+	if err := r.exitsRecorded(ctx, l.pods); err != nil {
+		return nil, 0, err
+	}
+	s.timing.exitRecord = r.Clock.Now().Sub(recordStart)
 	return l.pods, epoch, nil
+}
+
+// exitRecordWait bounds the wait for an accepted exit report's annotation: one API write.
+const exitRecordWait = 10 * time.Second
+
+// exitsRecorded waits until the annotation of every exit report that pods counted on before the API
+// showed it (exitsAccepted) is written, so that a release never precedes the record of the stop it
+// follows. It fails when a record's write failed: the pod blocks again, and nothing is released.
+func (r *Reconciler) exitsRecorded(ctx context.Context, pods *classifiedPods) error {
+	if len(pods.exitsAccepted) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, exitRecordWait)
+	defer cancel()
+	for _, uid := range pods.exitsAccepted {
+		if err := r.exits.Recorded(ctx, uid); err != nil {
+			return fmt.Errorf("the exit report of pod UID %s was accepted but not recorded, so no pod is released on it: %w", uid, err)
+		}
+	}
+	return nil
 }
 
 // release releases the pod with the epoch reserved in status, in one patch. If the patch fails the
@@ -209,6 +234,9 @@ func (r *Reconciler) release(ctx context.Context, s *scope, pod *corev1.Pod, epo
 		return err
 	}
 	r.recordRelease(ctx, s, pod, epoch, patchStart)
+	if r.released != nil && !hasSchedulingGate(pod) {
+		r.released(released) // the held pod's long poll is answered now, not on the patch's watch event
+	}
 	s.released = true
 	s.status.Epoch = epoch
 	recordActive(s, pod, "pod "+pod.Name+" is active")
@@ -260,13 +288,14 @@ func (r *Reconciler) recordRelease(ctx context.Context, s *scope, pod *corev1.Po
 		s.status.LastTransitionDuration = &metav1.Duration{Duration: sinceGone}
 	}
 	// Where the handover's time went: queued (old pod gone → this reconcile began), the live list and
-	// the epoch reservation (concurrent), the release patch.
+	// the epoch reservation (concurrent), the wait for an exit report's record, the release patch.
 	queued := time.Duration(-1)
 	if sinceGone >= 0 {
 		queued = s.timing.began.Sub(gone)
 	}
 	logf.FromContext(ctx).Info("Released pod", "pod", pod.Name, "epoch", epoch, "sinceOldPodGone", sinceGone.String(),
-		"queued", queued.String(), "liveList", s.timing.list.String(), "reserveEpoch", s.timing.reserve.String(), "releasePatch", now.Sub(patchStart).String())
+		"queued", queued.String(), "liveList", s.timing.list.String(), "reserveEpoch", s.timing.reserve.String(),
+		"exitRecordWait", s.timing.exitRecord.String(), "releasePatch", now.Sub(patchStart).String())
 }
 
 // checkDeadline reports a transition older than maxTransitionTime and asks to be called at the deadline.

@@ -42,14 +42,38 @@ type Reconciler struct {
 	// that rank pods (caches.go).
 	caches *namespaceCaches
 
+	// exits and released connect the controller to the grant server of the same process (Options).
+	exits    ExitReports
+	released func(*corev1.Pod)
+
 	mu       sync.Mutex
 	goneAt   map[types.NamespacedName]time.Time          // when a pod of the singleton was last seen deleted
 	fallback map[types.NamespacedName]map[types.UID]bool // per singleton: pods whose hold fallback was reported
 }
 
-// Options configure the controller; the zero value is what production runs.
+// ExitReports are the exit reports the grant server of this process accepted (grant.Exits): a pod
+// whose report is accepted counts as stopped as soon as the report is, and a release waits only for
+// its record (the annotation) to be written, so the live list and the epoch reservation overlap the
+// annotation's write instead of following its watch event.
+type ExitReports interface {
+	// Accepted reports whether a report of the pod UID was accepted (pod terminating, every app
+	// container's exit reported) and its annotation is being written or was written.
+	Accepted(uid types.UID) bool
+	// Recorded waits until that annotation is written, or says why it was not.
+	Recorded(ctx context.Context, uid types.UID) error
+	// Events carries each accepted report's pod, to reconcile its singletons at once.
+	Events() <-chan event.GenericEvent
+}
+
+// Options configure the controller; the zero value runs it on its own (the annotations' watch events
+// only). main connects it to the grant server of the same process.
 type Options struct {
 	opsutil.Overrides
+	// Exits, when set, are the exit reports the grant server of this process accepted.
+	Exits ExitReports
+	// Released, when set, is told of each Wrapper pod the controller released (the pod as patched), so
+	// the grant server answers its long poll without waiting for the patch's watch event.
+	Released func(*corev1.Pod)
 }
 
 // Setup registers the StatefulSingleton controller with the manager. Managed pods come from
@@ -67,40 +91,62 @@ func (opts *Options) Setup(_ context.Context, mgr ctrl.Manager) error {
 		caches:   caches,
 		goneAt:   map[types.NamespacedName]time.Time{},
 		fallback: map[types.NamespacedName]map[types.UID]bool{},
+		exits:    opts.Exits,
+		released: opts.Released,
 	}
 	if err := setupOrphans(mgr, r); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("statefulsingleton").
 		For(&singletonv1.StatefulSingleton{}).
 		Watches(&corev1.Pod{}, r.podHandler()).
 		WatchesRawSource(source.Channel(caches.events, r.podHandler())).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.singletonsOfNode)).
-		Complete(r)
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.singletonsOfNode))
+	if opts.Exits != nil {
+		// An accepted exit report: the pod stopped counting as running (the handover's clock starts).
+		b = b.WatchesRawSource(source.Channel(opts.Exits.Events(), handler.Funcs{
+			GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				r.enqueuePod(ctx, e.Object, q, true)
+			},
+		}))
+	}
+	return b.Complete(r)
+}
+
+// exitAccepted reports whether pod is being deleted and this process's grant server accepted its exit
+// report (ExitReports), whatever the pod's annotations say yet.
+func (r *Reconciler) exitAccepted(pod *corev1.Pod) bool {
+	return r.exits != nil && !pod.DeletionTimestamp.IsZero() && r.exits.Accepted(pod.UID)
+}
+
+// enqueuePod enqueues the singletons selecting obj; gone: it stopped counting as running (deleted,
+// terminal, or its exit reported), the start of the handover duration metric.
+func (r *Reconciler) enqueuePod(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], gone bool) {
+	for _, req := range r.singletonsOfPod(ctx, obj) {
+		if gone {
+			r.mu.Lock()
+			r.goneAt[req.NamespacedName] = r.Clock.Now()
+			r.mu.Unlock()
+		}
+		q.Add(req)
+	}
 }
 
 // podHandler enqueues the singletons selecting a pod and remembers when a pod went away — deleted, or
 // seen as terminal (classify: also a pod being deleted whose exit was reported): the start of the
 // handover duration metric.
 func (r *Reconciler) podHandler() handler.EventHandler {
-	enqueue := func(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request], deleted bool) {
-		for _, req := range r.singletonsOfPod(ctx, obj) {
-			if deleted {
-				r.mu.Lock()
-				r.goneAt[req.NamespacedName] = r.Clock.Now()
-				r.mu.Unlock()
-			}
-			q.Add(req)
-		}
-	}
+	enqueue := r.enqueuePod
 	return handler.Funcs{
 		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			enqueue(ctx, e.Object, q, false)
 		},
 		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			// Terminal, or its exit reported while being deleted: it stopped counting as running.
-			enqueue(ctx, e.ObjectNew, q, classify(e.ObjectNew.(*corev1.Pod)) == stateTerminal && classify(e.ObjectOld.(*corev1.Pod)) != stateTerminal)
+			// Terminal, or its exit reported while being deleted: it stopped counting as running (unless
+			// that was already known from the report's acceptance, exitAccepted).
+			pod := e.ObjectNew.(*corev1.Pod)
+			enqueue(ctx, pod, q, classify(pod) == stateTerminal && classify(e.ObjectOld.(*corev1.Pod)) != stateTerminal && !r.exitAccepted(pod))
 		},
 		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			enqueue(ctx, e.Object, q, true)

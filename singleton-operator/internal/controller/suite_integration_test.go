@@ -58,7 +58,13 @@ func startOperator(t *testing.T, funcs *interceptor.Funcs) (stop func()) {
 // startOperatorWithManager is startOperator, also returning the manager (to look into its cache).
 func startOperatorWithManager(t *testing.T, funcs *interceptor.Funcs) (stop func(), mgr ctrl.Manager) {
 	t.Helper()
-	opts := Options{}
+	return startOperatorWithOptions(t, Options{}, funcs)
+}
+
+// startOperatorWithOptions is startOperatorWithManager with opts (e.g. connected to a grant server's
+// Exits).
+func startOperatorWithOptions(t *testing.T, opts Options, funcs *interceptor.Funcs) (stop func(), mgr ctrl.Manager) {
+	t.Helper()
 	if funcs != nil {
 		writer, err := client.NewWithWatch(suite.Config, client.Options{Scheme: suite.Scheme})
 		require.NoError(t, err)

@@ -46,6 +46,9 @@ type ExitHandler struct {
 	APIReader client.Reader
 	// Client writes the annotation.
 	Client client.Writer
+	// Exits, when set, tells this process's controller of each report as its annotation's write
+	// begins (Exits).
+	Exits *Exits
 }
 
 func (h *ExitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -88,7 +91,9 @@ func (h *ExitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID,
 			"annotations": map[string]string{singletonv1.AnnotationExited: value}}})
 		if err == nil {
+			end := h.Exits.Begin(pod.DeepCopy()) // a copy: Patch decodes the answer into pod
 			err = h.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, raw))
+			end(err)
 		}
 		switch {
 		case apierrors.IsNotFound(err):

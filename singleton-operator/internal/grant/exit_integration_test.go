@@ -14,6 +14,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,15 +23,17 @@ import (
 )
 
 // The exit report against a real API server, with real pod-bound tokens: recorded on a terminating
-// Wrapper pod whose report covers every app container, and refused — the pod left unannotated — for a
-// pod that is not terminating, a report that leaves out a container, another pod's token, a pod not
-// held by the wrapper, and a pod that is gone.
+// Wrapper pod whose report covers every app container (and handed to the controller through Exits), and
+// refused — the pod left unannotated, nothing handed on — for a pod that is not terminating, a report
+// that leaves out a container, another pod's token, a pod not held by the wrapper, and a pod that is
+// gone.
 func TestExitEndpoint(t *testing.T) {
 	e := startEndpointEnv(t)
 	ctx, c := e.ctx, e.c
+	exits := grant.NewExits()
 	handler := func(authenticate grant.Authenticator) *httptest.Server {
 		srv := httptest.NewTLSServer(&grant.ExitHandler{Authenticate: authenticate,
-			Cache: e.mgr.GetCache(), APIReader: e.mgr.GetAPIReader(), Client: c})
+			Cache: e.mgr.GetCache(), APIReader: e.mgr.GetAPIReader(), Client: c, Exits: exits})
 		t.Cleanup(srv.Close)
 		return srv
 	}
@@ -81,7 +84,12 @@ func TestExitEndpoint(t *testing.T) {
 		v, ok := exited(pod)
 		assert.True(t, ok)
 		assert.Equal(t, "app,logs", v, "the app containers in spec order")
+		assert.True(t, exits.Accepted(pod.UID), "handed to the controller")
+		assert.NoError(t, exits.Recorded(ctx, pod.UID), "and recorded")
+		require.Len(t, exits.Events(), 1)
+		assert.Equal(t, pod.UID, (<-exits.Events()).Object.GetUID())
 		answered(http.StatusOK, "")(report(srv, pod, tok, "app", "logs")) // a retried report is answered alike
+		assert.Empty(t, exits.Events(), "and not handed on twice")
 	})
 
 	t.Run("not terminating", func(t *testing.T) {
@@ -89,6 +97,7 @@ func TestExitEndpoint(t *testing.T) {
 		answered(http.StatusConflict, "not terminating")(report(srv, pod, e.token(t, pod, singletonv1.GrantTokenAudience), "app", "logs"))
 		_, ok := exited(pod)
 		assert.False(t, ok)
+		assert.False(t, exits.Accepted(pod.UID))
 	})
 
 	t.Run("an app container left out", func(t *testing.T) {
@@ -147,4 +156,46 @@ func TestExitEndpoint(t *testing.T) {
 		})
 		answered(http.StatusNotFound, "gone")(report(srv, pod, tok, "app", "logs"))
 	})
+}
+
+// The stopping notice against a real API server: answered 204 for the pod's own token, refused for a
+// token that does not authenticate or is bound to another pod; and with the grant server's cached
+// authenticator, the exit report after it costs no second TokenReview.
+func TestStoppingNotice(t *testing.T) {
+	e := startEndpointEnv(t)
+	reviews := 0
+	review := grant.TokenReviewAuthenticator(e.c)
+	authenticate := grant.CachedAuthenticator(func(ctx context.Context, token string) (authenticationv1.UserInfo, error) {
+		reviews++ // the handlers run one request at a time here
+		return review(ctx, token)
+	})
+	mux := http.NewServeMux()
+	mux.Handle(grant.StoppingPath, &grant.StoppingHandler{Authenticate: authenticate})
+	mux.Handle(grant.ExitPath, &grant.ExitHandler{Authenticate: authenticate, Cache: e.mgr.GetCache(),
+		APIReader: e.mgr.GetAPIReader(), Client: e.c})
+	srv := httptest.NewTLSServer(mux)
+	t.Cleanup(srv.Close)
+	pod := e.newPod(t, "stopping-0", func(p *corev1.Pod) {
+		p.Annotations = map[string]string{singletonv1.AnnotationHoldMode: string(singletonv1.HoldModeWrapper)}
+		p.Finalizers = []string{"test.statefulops.io/keep"}
+	})
+	other := e.newPod(t, "stopping-1")
+	request := grant.Request{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
+	tok := e.token(t, pod, singletonv1.GrantTokenAudience)
+
+	code, refusal := post(t, srv, grant.StoppingPath, "not-a-token", request, nil)
+	assert.Equal(t, http.StatusUnauthorized, code, refusal)
+	code, refusal = post(t, srv, grant.StoppingPath, e.token(t, other, singletonv1.GrantTokenAudience), request, nil)
+	assert.Equal(t, http.StatusForbidden, code, refusal)
+
+	before := reviews
+	code, refusal = post(t, srv, grant.StoppingPath, tok, request, nil)
+	assert.Equal(t, http.StatusNoContent, code, refusal)
+	require.NoError(t, e.c.Delete(e.ctx, pod))
+	var answer grant.ExitResponse
+	code, refusal = post(t, srv, grant.ExitPath, tok, grant.ExitRequest{Request: request, Containers: []string{"app"}}, &answer)
+	assert.Equal(t, http.StatusOK, code, refusal)
+	assert.True(t, answer.Recorded)
+	assert.Equal(t, 1, reviews-before, "one TokenReview for the notice and the report")
+	_ = e.c.Patch(context.Background(), pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
 }

@@ -43,6 +43,21 @@ type ServeConfig struct {
 	secret    string
 	service   string
 	namespace string
+
+	// Exits, when set, hands the exit reports this replica accepts to its controller (Exits).
+	Exits *Exits
+	// grants is set by Setup; Released feeds it.
+	grants *AnnotationGrants
+}
+
+// Released tells the grant endpoint of a release the controller of this process just wrote (pod as
+// patched, with its start-granted annotation), so that the released pod's waiting long poll is
+// answered now rather than once the patch's watch event reaches the cache. The patch succeeded: the
+// grant is the API server's state already.
+func (c *ServeConfig) Released(pod *corev1.Pod) {
+	if c.grants != nil {
+		c.grants.observe(pod)
+	}
 }
 
 // AddFlags registers the grant endpoint's flags.
@@ -99,10 +114,18 @@ func (c *ServeConfig) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	if err != nil {
 		return err
 	}
-	authenticate := TokenReviewAuthenticator(mgr.GetClient())
+	c.grants = grants
+	if c.Exits != nil {
+		if err := c.Exits.forgetDeleted(informer); err != nil {
+			return err
+		}
+	}
+	authenticate := CachedAuthenticator(TokenReviewAuthenticator(mgr.GetClient()))
 	mux := http.NewServeMux()
 	mux.Handle(Path, &Handler{Authenticate: authenticate, Grants: grants})
-	mux.Handle(ExitPath, &ExitHandler{Authenticate: authenticate, Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Client: mgr.GetClient()})
+	mux.Handle(StoppingPath, &StoppingHandler{Authenticate: authenticate})
+	mux.Handle(ExitPath, &ExitHandler{Authenticate: authenticate, Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(),
+		Client: mgr.GetClient(), Exits: c.Exits})
 	srv := &server{addr: c.addr, dir: dir, certReady: certReady, handler: mux}
 	if err := mgr.AddReadyzCheck("grant-endpoint", srv.serving); err != nil {
 		return err
@@ -170,7 +193,7 @@ func (s *server) Start(ctx context.Context) error {
 	}
 	s.listening.Store(true)
 	defer s.listening.Store(false)
-	log.Info("Serving the grant endpoint", "address", s.addr, "paths", []string{Path, ExitPath})
+	log.Info("Serving the grant endpoint", "address", s.addr, "paths", []string{Path, StoppingPath, ExitPath})
 	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving the grant endpoint: %w", err)
 	}
