@@ -27,6 +27,9 @@ func main() {
 	// controller's releases, in process rather than through the pods' watch events (both are on the
 	// handover's critical path; the annotations stay the record, and another replica goes by them).
 	opts.Exits, opts.Released = grants.Exits, grants.Released
+	// Both read the manager's cache: the controller's package connects it, the grant server asks it.
+	opts.Successors = controller.NewSuccessors()
+	grants.Successors = opts.Successors
 	manager.Main(manager.Options{
 		Name:             "singleton-operator",
 		Short:            "Runs StatefulSingleton: no two pods of a singleton ever run their main process at once.",

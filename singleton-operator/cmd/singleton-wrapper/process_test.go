@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -185,6 +187,10 @@ type pod struct {
 	exitCode chan int
 	// sidecarExit receives the sidecar's exit code.
 	sidecarExit chan int
+	// stopGate, with podOptions.holdStop, is closed by the test to answer the stopping notice;
+	// notices counts the notices received.
+	stopGate chan struct{}
+	notices  atomic.Int32
 }
 
 type podOptions struct {
@@ -202,13 +208,19 @@ type podOptions struct {
 	// the exit endpoint answers in turn before 200.
 	apps        []string
 	exitAnswers []int
+	// holdStop: the stopping notice is answered only once the test closes stopGate (the replacement
+	// pod starting); otherwise at once.
+	holdStop bool
 }
 
 const podUID = "0c5e6a3e-0000-4000-8000-000000000001"
 
 func startPod(t *testing.T, o podOptions) *pod {
 	t.Helper()
-	p := &pod{t: t, dir: t.TempDir(), grantCh: make(chan struct{})}
+	p := &pod{t: t, dir: t.TempDir(), grantCh: make(chan struct{}), stopGate: make(chan struct{})}
+	if !o.holdStop {
+		close(p.stopGate)
+	}
 	p.exitDir = filepath.Join(p.dir, "exit")
 	if o.apps == nil {
 		o.apps = []string{"app"}
@@ -231,6 +243,15 @@ func startPod(t *testing.T, o podOptions) *pod {
 		MaxWait: 2 * time.Second,
 	})
 	mux.Handle(grant.ExitPath, p.reports) // where the sidecar sends it, on the grant's server
+	mux.HandleFunc(grant.StoppingPath, func(w http.ResponseWriter, r *http.Request) {
+		p.notices.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body) // so the server notices a client that goes away (r.Context())
+		select {
+		case <-p.stopGate:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	srv := httptest.NewTLSServer(mux)
 	t.Cleanup(srv.Close)
 	url := srv.URL + grant.Path
@@ -308,6 +329,9 @@ func (p *pod) signalFile() string { return filepath.Join(p.dir, "signal", "start
 
 // stoppingFile is the sidecar's fence: beside the signal file.
 func (p *pod) stoppingFile() string { return filepath.Join(p.dir, "signal", "stopping") }
+
+// stopFile is the sidecar's stop signal: beside the signal file.
+func (p *pod) stopFile() string { return filepath.Join(p.dir, "signal", "stop-signal") }
 
 // marker returns the content of the exit directory's marker of container name ("" when absent).
 func (p *pod) marker(name string) string {
@@ -671,7 +695,11 @@ func TestWrapperNotPID1ExecsAndRecordsNothing(t *testing.T) {
 	assert.Equal(t, 7, waitExit(t, p.exitCode, 10*time.Second, "the app"))
 	entries, err := os.ReadDir(p.exitDir)
 	require.NoError(t, err)
-	assert.Empty(t, entries, "no marker, no lock")
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Equal(t, []string{exitreport.SidecarLock + ".lock"}, names, "no marker, no lock of the wrapper (only the sidecar's)")
 }
 
 // The whole pod stopping: the kubelet sends SIGTERM to the sidecar and the app container at once. The
@@ -690,6 +718,55 @@ func TestSupervisedPodReportsTheExit(t *testing.T) {
 		body:    exitReportBody{Namespace: "ns", Name: "app-0", UID: podUID, Containers: []string{"app"}},
 		markers: map[string]string{"app": "exited 7\n"}}, got[0], "the report, and the marker when it arrived")
 	assert.FileExists(t, p.stoppingFile(), "the fence is up")
+}
+
+// While the pod stops, the app keeps running until the operator answers the stopping notice (the
+// replacement pod runs): the wrapper holds the kubelet's SIGTERM back until the sidecar's stop signal,
+// then passes it on; the exit is reported as always.
+func TestSupervisedAppRunsUntilTheStopSignal(t *testing.T) {
+	p := startPod(t, podOptions{exit: true, pid1: true, holdStop: true})
+	close(p.grantCh)
+	p.waitStarted(5 * time.Second)
+	require.NoError(t, p.sidecar.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wrapper.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { return p.notices.Load() == 1 }, 5*time.Second, time.Millisecond, "the stopping notice")
+	time.Sleep(1500 * time.Millisecond) // beyond the wrapper's wait for the fence
+	assert.NoFileExists(t, p.appOut()+".term", "the app got SIGTERM before the stop signal")
+	assert.NoFileExists(t, p.stopFile())
+	select {
+	case code := <-p.exitCode:
+		t.Fatalf("the wrapper exited (%d) before the stop signal", code)
+	default:
+	}
+	close(p.stopGate)
+	assert.Equal(t, 7, waitExit(t, p.exitCode, 10*time.Second, "the wrapper"))
+	assert.FileExists(t, p.appOut()+".term", "the app itself received SIGTERM")
+	assert.Equal(t, 0, waitExit(t, p.sidecarExit, 5*time.Second, "the sidecar"))
+	require.Len(t, p.reports.received(), 1, "the exit reported")
+}
+
+// SIGTERM is passed on without the stop signal when nothing will write it: only the app container is
+// being stopped (no fence: a failed liveness probe), or the sidecar is gone.
+func TestSupervisedSIGTERMIsNotHeldWithoutAStoppingPod(t *testing.T) {
+	t.Run("container only", func(t *testing.T) {
+		p := startPod(t, podOptions{exit: true, pid1: true, holdStop: true})
+		close(p.grantCh)
+		p.waitStarted(5 * time.Second)
+		require.NoError(t, p.wrapper.Process.Signal(syscall.SIGTERM))
+		assert.Equal(t, 7, waitExit(t, p.exitCode, 3*time.Second, "the wrapper"))
+		assert.Zero(t, p.notices.Load())
+	})
+	t.Run("sidecar gone", func(t *testing.T) {
+		p := startPod(t, podOptions{exit: true, pid1: true, holdStop: true})
+		close(p.grantCh)
+		p.waitStarted(5 * time.Second)
+		require.NoError(t, p.sidecar.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, p.wrapper.Process.Signal(syscall.SIGTERM))
+		require.Eventually(t, func() bool { return p.notices.Load() == 1 }, 5*time.Second, time.Millisecond, "the stopping notice")
+		require.NoError(t, p.sidecar.Process.Kill())
+		assert.Equal(t, 7, waitExit(t, p.exitCode, 3*time.Second, "the wrapper"))
+		assert.NoFileExists(t, p.stopFile())
+	})
 }
 
 // The sidecar against a wrapper state the test lays out (what the wrappers of two app containers leave

@@ -9,8 +9,9 @@
 //
 // When the pod stops (SIGTERM), it reports the exit of the app processes, so that the operator releases
 // the next pod without waiting for the kubelet to confirm the stop: it fences off any app start still to
-// come, sends the stopping notice (/v1/stopping: the operator reviews the token while the apps stop),
-// waits until the wrapper of every app container has recorded that its app and every other process
+// come, sends the stopping notice (/v1/stopping: answered once the pod's replacement runs, or at once
+// when none can be prepared; spec.successorWait), writes the stop signal on which the wrappers pass
+// SIGTERM on to their apps (package internal/exitreport), waits until the wrapper of every app container has recorded that its app and every other process
 // of its container are gone (package internal/exitreport), and posts {"namespace", "name", "uid",
 // "containers"} to /v1/exited on the grant endpoint's server, with the same token, for at most
 // reportBudget. A pod never released has nothing to report, and an exit the sidecar cannot vouch for (a
@@ -97,6 +98,7 @@ type config struct {
 	stoppingURL  string
 	exitDir      string
 	stoppingFile string
+	stopFile     string
 	apps         []string // the wrapped app containers; none: no exit report
 }
 
@@ -116,6 +118,13 @@ func main() {
 	cfg, err := load()
 	if err != nil {
 		log.Fatalf("configuration: %v", err)
+	}
+	if len(cfg.apps) > 0 {
+		// For its whole life: a wrapper holding its app's SIGTERM back for the stop signal stops waiting
+		// when the sidecar is gone (exitreport.WaitStop).
+		if err := exitreport.HoldLock(cfg.exitDir, exitreport.SidecarLock); err != nil {
+			log.Printf("no sidecar lock: %v", err)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -139,6 +148,7 @@ func load() (config, error) {
 		return cfg, errors.New("GRANT_URL, POD_NAMESPACE, POD_NAME and POD_UID must be set")
 	}
 	cfg.stoppingFile = exitreport.StoppingFile(cfg.signalFile)
+	cfg.stopFile = exitreport.StopSignalFile(cfg.signalFile)
 	u, err := url.Parse(cfg.url)
 	if err != nil {
 		return cfg, fmt.Errorf("GRANT_URL: %w", err)
@@ -275,18 +285,22 @@ func reportExit(cfg config) {
 	// "running" before.
 	if err := exitreport.Fence(cfg.exitDir, cfg.stoppingFile); err != nil {
 		log.Printf("no exit report: fencing the app containers' start: %v", err)
+		signalStop(cfg)
 		return
 	}
 	if _, err := os.Stat(cfg.signalFile); err != nil {
 		log.Printf("stopping before the start grant: no app ran, nothing to report")
+		signalStop(cfg)
 		return
 	}
-	noticed := notifyStopping(cfg)
+	// The apps keep running until the operator says the replacement runs (or none is coming); the
+	// notice also has the token reviewed and the connection opened for the report.
+	notifyStopping(cfg)
+	signalStop(cfg)
 	if err := waitExited(cfg.exitDir, cfg.apps); err != nil {
 		log.Printf("no exit report: %v", err)
 		return
 	}
-	<-noticed // mostly over long before: the apps take longer to stop
 
 	ctx, cancel := context.WithTimeout(context.Background(), reportBudget)
 	defer cancel()
@@ -310,31 +324,37 @@ func reportExit(cfg config) {
 	}
 }
 
-// stoppingNoticeBudget bounds the stopping notice.
-const stoppingNoticeBudget = time.Second
+// stoppingNoticeBudget bounds the stopping notice: above the operator's longest answer (successorWait
+// is at most 30 s), below the client's timeout.
+const stoppingNoticeBudget = 35 * time.Second
 
-// notifyStopping sends the stopping notice (grant.StoppingPath) while the apps stop, so that the
-// operator has reviewed the token and the connection is open when the exit report follows: the
-// report's round trip is then the annotation's write only. The returned channel is closed once the
-// notice ended, at most stoppingNoticeBudget later; its outcome only makes the report faster or not.
-func notifyStopping(cfg config) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), stoppingNoticeBudget)
-		defer cancel()
-		resp, err := post(ctx, cfg, cfg.stoppingURL, cfg.req)
-		if err != nil {
-			log.Printf("stopping notice failed: %v", err)
-			return
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusNoContent {
-			log.Printf("stopping notice refused: %v", statusError(resp))
-		}
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096)) // so the connection is reused
-	}()
-	return done
+// notifyStopping sends the stopping notice (grant.StoppingPath) and returns once the operator answers:
+// the replacement pod runs and waits for its grant, none is coming, or spec.successorWait is up. It
+// also has the token reviewed and the connection opened, so the exit report's round trip is the
+// annotation's write only. Whatever fails only means the apps are stopped now.
+func notifyStopping(cfg config) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), stoppingNoticeBudget)
+	defer cancel()
+	resp, err := post(ctx, cfg, cfg.stoppingURL, cfg.req)
+	if err != nil {
+		log.Printf("stopping notice failed: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		log.Printf("stopping notice refused: %v", statusError(resp))
+	} else {
+		log.Printf("stopping notice answered after %s", time.Since(start).Round(time.Millisecond))
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096)) // so the connection is reused
+}
+
+// signalStop writes the stop signal: the wrappers pass SIGTERM on to their apps.
+func signalStop(cfg config) {
+	if err := exitreport.SignalStop(cfg.stopFile); err != nil {
+		log.Printf("writing the stop signal: %v (the wrappers pass SIGTERM on after their longest wait)", err)
+	}
 }
 
 // waitExited returns once the marker of every app container says "exited", or at the first one whose

@@ -74,14 +74,22 @@ type Options struct {
 	// Released, when set, is told of each Wrapper pod the controller released (the pod as patched), so
 	// the grant server answers its long poll without waiting for the patch's watch event.
 	Released func(*corev1.Pod)
+	// Successors, when set, is connected to the manager's cache: it answers the grant server's
+	// stopping notices (spec.successorWait).
+	Successors *Successors
 }
 
 // Setup registers the StatefulSingleton controller with the manager. Managed pods come from
 // the manager's cache (scoped by CacheOptions), the other pods a StatefulSingleton selects from the cache
 // of its selector (caches.go); each pod maps to the StatefulSingletons of its namespace whose selector
 // matches it.
-func (opts *Options) Setup(_ context.Context, mgr ctrl.Manager) error {
+func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	registerMetrics()
+	if opts.Successors != nil {
+		if err := opts.Successors.start(ctx, mgr); err != nil {
+			return err
+		}
+	}
 	caches := newNamespaceCaches(mgr)
 	if err := mgr.Add(caches); err != nil {
 		return err

@@ -64,19 +64,14 @@ func (h *ExitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		log.Info("Exit report refused", "reason", reason)
 		http.Error(w, reason, code)
 	}
-	key := types.NamespacedName{Namespace: req.Namespace, Name: req.Name}
-	pod := &corev1.Pod{}
-	if err := h.Cache.Get(ctx, key, pod); err != nil || pod.DeletionTimestamp.IsZero() {
-		pod = &corev1.Pod{} // a fresh object: decoding into the cached copy would keep its stale map entries
-		err = h.APIReader.Get(ctx, key, pod)
-		if apierrors.IsNotFound(err) {
-			refuse(http.StatusNotFound, "the pod is gone")
-			return
-		} else if err != nil {
-			log.Error(err, "Exit report failed: reading the pod")
-			http.Error(w, "reading the pod failed", http.StatusInternalServerError)
-			return
-		}
+	pod, err := readDeletedPod(ctx, h.Cache, h.APIReader, types.NamespacedName{Namespace: req.Namespace, Name: req.Name})
+	if apierrors.IsNotFound(err) {
+		refuse(http.StatusNotFound, "the pod is gone")
+		return
+	} else if err != nil {
+		log.Error(err, "Exit report failed: reading the pod")
+		http.Error(w, "reading the pod failed", http.StatusInternalServerError)
+		return
 	}
 	apps, reason := exitRefusal(pod, req)
 	if reason != "" {

@@ -48,10 +48,13 @@
 //
 //	POST /v1/stopping  (same server, TLS, token and body as the grant)
 //
-// The status-sidecar sends it when its pod starts stopping (SIGTERM), while the apps stop. It is only
-// authorized (204; 400, 401, 403 as above): successful token reviews are reused for a minute
+// The status-sidecar sends it when its pod starts stopping (SIGTERM), once it has put the fence up; the
+// wrappers hold their apps' SIGTERM back until the sidecar writes the stop signal after the answer.
+// The answer, 204 (400, 401, 403 as above), comes once the apps may stop: when the pod's replacement
+// runs and waits for its grant, at once when none can be prepared, at the latest after
+// spec.successorWait (controller.Successors). Successful token reviews are reused for a minute
 // (CachedAuthenticator), so the exit report that follows costs no review, and it reuses the notice's
-// connection. Nothing depends on it.
+// connection. Nothing depends on the notice for safety: without an answer the apps stop at once.
 //
 // # In the same process
 //

@@ -46,6 +46,8 @@ type ServeConfig struct {
 
 	// Exits, when set, hands the exit reports this replica accepts to its controller (Exits).
 	Exits *Exits
+	// Successors, when set, answers the stopping notices (StoppingHandler).
+	Successors SuccessorWaiter
 	// grants is set by Setup; Released feeds it.
 	grants *AnnotationGrants
 }
@@ -123,7 +125,8 @@ func (c *ServeConfig) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	authenticate := CachedAuthenticator(TokenReviewAuthenticator(mgr.GetClient()))
 	mux := http.NewServeMux()
 	mux.Handle(Path, &Handler{Authenticate: authenticate, Grants: grants})
-	mux.Handle(StoppingPath, &StoppingHandler{Authenticate: authenticate})
+	mux.Handle(StoppingPath, &StoppingHandler{Authenticate: authenticate, Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(),
+		Successors: c.Successors})
 	mux.Handle(ExitPath, &ExitHandler{Authenticate: authenticate, Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(),
 		Client: mgr.GetClient(), Exits: c.Exits})
 	srv := &server{addr: c.addr, dir: dir, certReady: certReady, handler: mux}

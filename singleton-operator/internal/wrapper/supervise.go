@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/statefulops/statefulops/singleton-operator/internal/exitreport"
 )
@@ -20,8 +21,11 @@ var forwarded = []os.Signal{
 
 // supervise runs the app as the wrapper's child, as the container's PID 1, and returns the container's
 // exit code: the app's, or 143 when the pod stopped before the app could start. Signals received on sigs
-// (those of forwarded) go to the app. The steps follow package exitreport's protocol.
-func supervise(path string, argv []string, dir, name, stoppingFile string, sigs <-chan os.Signal) int {
+// (those of forwarded) go to the app, the first SIGTERM once the pod's stop signal allows it
+// (exitreport.WaitStop: the replacement pod runs, or none is coming). The steps follow package
+// exitreport's protocol; signalFile is the start signal, beside which the fence and the stop signal are.
+func supervise(path string, argv []string, dir, name, signalFile string, sigs <-chan os.Signal) int {
+	stoppingFile := exitreport.StoppingFile(signalFile)
 	// Taken first and never released: the sidecar waits on it for the wrapper to be gone, however it goes.
 	if err := exitreport.HoldLock(dir, name); err != nil {
 		fail("%v", err)
@@ -36,6 +40,7 @@ func supervise(path string, argv []string, dir, name, stoppingFile string, sigs 
 		return 128 + int(syscall.SIGTERM)
 	}
 
+	var held time.Time // when the first SIGTERM came
 	children := make(chan os.Signal, 1)
 	signal.Notify(children, syscall.SIGCHLD)
 	// Same stdio, environment and process group as the wrapper: only the process tree differs from exec.
@@ -48,10 +53,31 @@ func supervise(path string, argv []string, dir, name, stoppingFile string, sigs 
 	// One loop both forwards and reaps, so a signal never goes to the app's PID once it is reaped (and
 	// possibly reused).
 	code := -1
+	var (
+		stopAllowed <-chan struct{} // set while the first SIGTERM is held back
+		stopWhy     func() string
+		termHeld    bool
+	)
 	for code < 0 {
 		select {
 		case s := <-sigs:
+			if s == syscall.SIGTERM && !termHeld {
+				// The pod may be stopping while its replacement starts: the app keeps running until the
+				// stop signal (a second SIGTERM goes through at once).
+				termHeld = true
+				stopAllowed, stopWhy = exitreport.WaitStop(dir, stoppingFile, exitreport.StopSignalFile(signalFile))
+				held = time.Now()
+				continue
+			}
+			if s == syscall.SIGTERM {
+				stopAllowed = nil // passed on now: not again when the stop signal comes
+			}
 			_ = syscall.Kill(app, s.(syscall.Signal))
+		case <-stopAllowed:
+			stopAllowed = nil
+			fmt.Fprintf(os.Stderr, "StatefulSingleton: SIGTERM passed on to the app after %s (%s)\n",
+				time.Since(held).Round(time.Millisecond), stopWhy())
+			_ = syscall.Kill(app, syscall.SIGTERM)
 		case <-children:
 			code = reap(app)
 		}

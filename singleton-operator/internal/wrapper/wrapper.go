@@ -96,7 +96,7 @@ func Main() {
 		fail("waiting for the start signal: %v", err)
 	}
 	if supervised {
-		os.Exit(supervise(path, argv, exitDir, name, exitreport.StoppingFile(signalFile), sigs))
+		os.Exit(supervise(path, argv, exitDir, name, signalFile, sigs))
 	}
 	// A signal from now on ends the wrapper as it would the app (it has no handler to queue it for).
 	signal.Stop(sigs)

@@ -84,6 +84,10 @@ const (
 	// StoppingFile is the fence the sidecar writes (under a flock of ExitDir) once the pod is stopping:
 	// a wrapper that finds it never starts its app, so no app can start after the sidecar looked.
 	StoppingFile = SignalDir + "/stopping"
+	// StopSignalFile is the file the sidecar writes once a stopping pod's apps may get their stop signal
+	// (the replacement runs, or none is coming: spec.successorWait); a supervising wrapper holds the
+	// kubelet's SIGTERM back until then.
+	StopSignalFile = SignalDir + "/stop-signal"
 	// EnvContainerName names its own container to the wrapper (its ExitDir files).
 	EnvContainerName = "STATEFULSINGLETON_CONTAINER"
 	// EnvAppContainers lists the wrapped app containers (comma-separated) to the sidecar: the ones

@@ -102,6 +102,22 @@ type StatefulSingletonSpec struct {
 	// +optional
 	// +kubebuilder:default=Preferred
 	AntiAffinity AntiAffinityMode `json:"antiAffinity,omitempty"`
+
+	// successorWait is the longest time, in seconds, the app of a running Wrapper-mode pod that is
+	// deleted from outside (kubectl delete, an eviction, a node drain) keeps running before it gets the
+	// stop signal, while the Deployment's replacement pod starts: the app is stopped as soon as the
+	// replacement runs and waits for its grant, so the gap between the two processes is the
+	// handover's, not the new pod's scheduling and start. It never takes more than half the deletion's
+	// grace period, and the app is stopped at once when no replacement can be prepared: a pod not of a
+	// ReplicaSet (a StatefulSet creates the replacement only once the old pod is gone), no replacement
+	// within a second (scale to zero), or one held with the scheduling gate. A rollout's old pod is
+	// deleted by the operator once the new one runs and does not wait. 0 stops the app at once, as
+	// Kubernetes does. Defaults to 10; at most 30.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=30
+	SuccessorWait *int32 `json:"successorWait,omitempty"`
 }
 
 // StatefulSingletonStatus is the observed state of a StatefulSingleton, written by the operator.
