@@ -42,6 +42,7 @@ func TestStatefulSingletonDefaults(t *testing.T) {
 				"spec.respectPodGracePeriod":  true,
 				"spec.holdMode":               "Wrapper",
 				"spec.antiAffinity":           "Preferred",
+				"spec.successorWait":          10,
 			},
 		},
 		{
@@ -59,6 +60,7 @@ spec:
 				"spec.respectPodGracePeriod":  true,
 				"spec.holdMode":               "Wrapper",
 				"spec.antiAffinity":           "Preferred",
+				"spec.successorWait":          10,
 			},
 		},
 		{
@@ -75,6 +77,7 @@ spec:
   respectPodGracePeriod: false
   holdMode: SchedulingGate
   antiAffinity: Required
+  successorWait: 0
 `,
 			want: map[string]any{
 				"spec.terminationGracePeriod": 3600,
@@ -82,6 +85,7 @@ spec:
 				"spec.respectPodGracePeriod":  false,
 				"spec.holdMode":               "SchedulingGate",
 				"spec.antiAffinity":           "Required",
+				"spec.successorWait":          0,
 			},
 		},
 	}
@@ -128,6 +132,8 @@ func singletonBadInputs() []badInput {
 		{"selector expression key invalid", "  selector: {matchExpressions: [{key: 'my app', operator: Exists}]}\n", []string{"spec.selector.matchExpressions", "key must be a label key"}},
 		{"selector expression value invalid", "  selector: {matchExpressions: [{key: app, operator: In, values: ['db!']}]}\n", []string{"spec.selector.matchExpressions", "values must be label values"}},
 		{"selector with 65 matchLabels", "  selector: {matchLabels: {" + manyLabels(65) + "}}\n", []string{"spec.selector.matchLabels", "must have at most 64 items"}},
+		{"successorWait above 30", sel + "  successorWait: 60\n", []string{"spec.successorWait", "less than or equal to 30"}},
+		{"successorWait negative", sel + "  successorWait: -1\n", []string{"spec.successorWait", "greater than or equal to 0"}},
 		{"respectPodGracePeriod not a boolean", sel + "  respectPodGracePeriod: \"yes\"\n", []string{"spec.respectPodGracePeriod"}},
 	}
 	out := make([]badInput, 0, len(tests))
