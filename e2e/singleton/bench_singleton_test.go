@@ -258,9 +258,9 @@ func TestBenchSingletonRealNode(t *testing.T) {
 				}
 				if scenario == benchScenarioPodDelete {
 					note += "After a pod deletion the ReplicaSet creates the replacement only then, and a pod takes longer to start on " +
-						"this node (~0.7-1 s) than the test app takes to stop (0.2 s): the replacement is often still starting when " +
-						"the old pod's exit is reported, and its start is in the gap (the test log splits every gap, logHandovers). " +
-						"An app that takes longer to stop than a pod takes to start gets the rollout's figure."
+						"this node (~0.5-0.8 s) than the test app takes to stop (0.2 s): the old pod's app keeps running until the " +
+						"replacement runs and waits for its grant (spec.successorWait, default 10 s), so the replacement's start " +
+						"is not in the gap."
 				}
 			}
 			framework.RecordFigure(t, benchfmt.Figure{
