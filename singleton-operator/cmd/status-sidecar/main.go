@@ -11,8 +11,8 @@
 // the next pod without waiting for the kubelet to confirm the stop: it fences off any app start still to
 // come, sends the stopping notice (/v1/stopping: answered once the pod's replacement runs, or at once
 // when none can be prepared; spec.successorWait), writes the stop signal on which the wrappers pass
-// SIGTERM on to their apps (package internal/exitreport), waits until the wrapper of every app container has recorded that its app and every other process
-// of its container are gone (package internal/exitreport), and posts {"namespace", "name", "uid",
+// SIGTERM on to their apps, waits until the wrapper of every app container has recorded that its app
+// and every other process of its container are gone (package internal/exitreport), and posts {"namespace", "name", "uid",
 // "containers"} to /v1/exited on the grant endpoint's server, with the same token, for at most
 // reportBudget. A pod never released has nothing to report, and an exit the sidecar cannot vouch for (a
 // wrapper that died uncleanly or recorded nothing) ends it at once without a report: the operator then

@@ -234,8 +234,8 @@ func (r *Reconciler) release(ctx context.Context, s *scope, pod *corev1.Pod, epo
 		return err
 	}
 	r.recordRelease(ctx, s, pod, epoch, patchStart)
-	if r.released != nil && !hasSchedulingGate(pod) {
-		r.released(released) // the held pod's long poll is answered now, not on the patch's watch event
+	if r.released != nil {
+		r.released(released) // a Wrapper pod's long poll is answered now, not on the patch's watch event
 	}
 	s.released = true
 	s.status.Epoch = epoch

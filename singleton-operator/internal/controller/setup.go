@@ -71,8 +71,8 @@ type Options struct {
 	opsutil.Overrides
 	// Exits, when set, are the exit reports the grant server of this process accepted.
 	Exits ExitReports
-	// Released, when set, is told of each Wrapper pod the controller released (the pod as patched), so
-	// the grant server answers its long poll without waiting for the patch's watch event.
+	// Released, when set, is told of each pod the controller released (the pod as patched), so the
+	// grant server answers a Wrapper pod's long poll without waiting for the patch's watch event.
 	Released func(*corev1.Pod)
 	// Successors, when set, is connected to the manager's cache: it answers the grant server's
 	// stopping notices (spec.successorWait).

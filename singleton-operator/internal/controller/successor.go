@@ -105,7 +105,7 @@ func (s *Successors) WaitForSuccessor(ctx context.Context, pod *corev1.Pod) stri
 		switch {
 		case err != nil:
 			return "reading the replacement failed: " + err.Error()
-		case successor != nil && startPrepared(successor) && hasSchedulingGate(successor):
+		case successor != nil && hasSchedulingGate(successor):
 			return fmt.Sprintf("replacement pod %s is held with the scheduling gate: it starts only once released", successor.Name)
 		case successor != nil && startPrepared(successor):
 			return fmt.Sprintf("replacement pod %s runs and waits for its grant (after %s)", successor.Name, time.Since(start).Round(time.Millisecond))

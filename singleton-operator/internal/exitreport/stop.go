@@ -3,6 +3,7 @@ package exitreport
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -46,18 +47,11 @@ func SignalStop(stopFile string) error {
 // sidecar's lock in dir is free, or maxStopWait passed. why then says which.
 func WaitStop(dir, stoppingFile, stopFile string) (done <-chan struct{}, why func() string) {
 	ch := make(chan struct{})
-	reasons := make(chan string, 4)
-	var reason string
-	go func() {
-		reason = <-reasons
-		close(ch)
-	}()
-	end := func(r string) {
-		select {
-		case reasons <- r:
-		default:
-		}
-	}
+	var (
+		once   sync.Once
+		reason string
+	)
+	end := func(r string) { once.Do(func() { reason = r; close(ch) }) } // the first reason wins
 	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
 
 	watcher, err := fsnotify.NewWatcher()

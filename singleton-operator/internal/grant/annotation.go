@@ -29,10 +29,7 @@ func NewAnnotationGrants(ctx context.Context, informer cache.Informer) (*Annotat
 		AddFunc:    func(obj any) { g.observe(obj) },
 		UpdateFunc: func(_, obj any) { g.observe(obj) },
 		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod, ok := deletedPod(obj); ok {
 				g.forget(pod.UID)
 			}
 		},
@@ -81,4 +78,14 @@ func (g *AnnotationGrants) forget(uid types.UID) {
 	defer g.mu.Unlock()
 	delete(g.granted, uid)
 	delete(g.waiters, uid)
+}
+
+// deletedPod is the pod of an informer's delete event, also when the informer missed the deletion and
+// hands a tombstone.
+func deletedPod(obj any) (*corev1.Pod, bool) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	return pod, ok
 }

@@ -115,10 +115,7 @@ func (e *Exits) Begin(pod *corev1.Pod) (end func(err error)) {
 func (e *Exits) forgetDeleted(informer cache.Informer) error {
 	_, err := informer.AddEventHandlerWithOptions(toolscache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {
-			if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod, ok := deletedPod(obj); ok {
 				e.mu.Lock()
 				delete(e.reports, pod.UID)
 				e.mu.Unlock()
