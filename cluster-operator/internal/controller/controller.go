@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -128,7 +129,8 @@ func (s *scope) loadMembers(ctx context.Context) error {
 	// Orphans are adopted only for a spec that is acted on (checkSpec); the pods this StatefulCluster
 	// controls are its own whatever its selector.
 	selector, err := metav1.LabelSelectorAsSelector(s.sc.Spec.Selector)
-	if err != nil || s.invalid != nil {
+	adopting := err == nil && s.invalid == nil && !selector.Empty()
+	if !adopting {
 		selector = labels.Nothing()
 	}
 	// The expectations are read before the cache, never after: the pod event handler forgets a pod's
@@ -140,6 +142,13 @@ func (s *scope) loadMembers(ctx context.Context) error {
 	var list corev1.PodList
 	if err := s.r.Cache.List(ctx, &list, client.InNamespace(s.sc.Namespace)); err != nil {
 		return fmt.Errorf("listing pods: %w", err)
+	}
+	if adopting {
+		orphans, err := s.unlabelledOrphans(ctx, selector)
+		if err != nil {
+			return err
+		}
+		list.Items = append(list.Items, orphans...)
 	}
 	seen := map[string]bool{}
 	for i := range list.Items {
@@ -183,6 +192,18 @@ func (s *scope) loadMembers(ctx context.Context) error {
 		return podCreated(a).Compare(podCreated(b))
 	})
 	return nil
+}
+
+// unlabelledOrphans lists, live, the pods of the namespace that selector matches and that lack the
+// operator's label and a controller: the orphans the cache does not hold (CacheOptions). The API server
+// filters on the labels, so the answer holds only such orphans, never the StatefulCluster's own pods.
+func (s *scope) unlabelledOrphans(ctx context.Context, selector labels.Selector) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	sel := selector.Add(operatorLabel(selection.DoesNotExist))
+	if err := s.r.APIReader.List(ctx, &list, client.InNamespace(s.sc.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("listing orphan pods: %w", err)
+	}
+	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return metav1.GetControllerOf(&p) != nil }), nil
 }
 
 // loadNodes reads the nodes of the pods (nil for a node that is gone) and, with zoneSpread, all nodes.

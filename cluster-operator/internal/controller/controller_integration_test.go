@@ -145,6 +145,16 @@ func TestAdoptionAndOwnership(t *testing.T) {
 	}, wait, tick, "orphan adopted")
 	f.waitPods("legacy", "legacy-3f2a9c1b", "legacy-0")
 
+	// An orphan without the operator's label is not in the operator's cache (CacheOptions): it is
+	// found by the next reconcile's uncached list, here the one a scale-up starts, and it fills the new
+	// replica instead of a new pod.
+	late := orphan.DeepCopy()
+	late.ObjectMeta = metav1.ObjectMeta{Name: "legacy-late", Namespace: f.ns, Labels: map[string]string{"app": "legacy"}}
+	require.NoError(t, suite.Client.Create(t.Context(), late))
+	f.update("legacy", func(sc *clusterv1alpha1.StatefulCluster) { sc.Spec.Replicas = ptr.To[int32](3) })
+	f.waitPods("legacy", "legacy-3f2a9c1b", "legacy-0", "legacy-late")
+	require.Equal(t, "StatefulCluster", metav1.GetControllerOf(f.pod("legacy-late")).Kind, "late orphan adopted")
+
 	f.update("legacy", func(sc *clusterv1alpha1.StatefulCluster) { sc.Spec.Replicas = ptr.To[int32](0) })
 	require.Eventually(t, func() bool { return len(f.liveNames("legacy")) == 0 }, wait, tick)
 	testsupport.NeverWithin(t, time.Second, tick, func() bool {
@@ -153,6 +163,26 @@ func TestAdoptionAndOwnership(t *testing.T) {
 		return err != nil || !p.DeletionTimestamp.IsZero() || metav1.GetControllerOf(p).Kind != "ConfigMap"
 	}, "foreign pod touched")
 	assert.EqualValues(t, 0, f.get("legacy").Status.Replicas)
+}
+
+// TestRemovingTheLabelDetachesAPod: a member whose operator label is removed leaves the operator's cache
+// and the set: its identity is replaced by a new one, never reused, and the detached pod (still owned, so
+// deleted with the StatefulCluster) is neither deleted nor counted, nor is its identity's claim retired.
+func TestRemovingTheLabelDetachesAPod(t *testing.T) {
+	startOperator(t, nil)
+	f := newFixture(t)
+	f.statefulCluster("d", 2, withClaims)
+	f.waitPods("d", "d-0", "d-1")
+	pod := f.pod("d-0")
+	patch := client.MergeFrom(pod.DeepCopy())
+	delete(pod.Labels, clusterv1alpha1.ClusterNameLabel)
+	require.NoError(t, suite.Client.Patch(t.Context(), pod, patch))
+	f.waitPods("d", "d-1", "d-2")
+	testsupport.NeverWithin(t, time.Second, tick, func() bool {
+		p := f.pod("d-0")
+		return !p.DeletionTimestamp.IsZero() || f.claims("d")["d-data-0"].Labels[clusterv1alpha1.RetiredLabel] == "true"
+	}, "the detached pod deleted or its claim retired")
+	assert.EqualValues(t, 2, f.get("d").Status.Replicas, "the detached pod is not counted")
 }
 
 // TestReplacementRules: Failed, unhealthy after having been Ready, Pending too long, node NotReady
