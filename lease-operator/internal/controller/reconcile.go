@@ -281,10 +281,11 @@ func notOlderThan(resourceVersion string) client.ListOption {
 }
 
 // fence makes sure, before the Lease is created or moved or a pod labelled writer, that no pod outside
-// this election is still labelled writer for the lock's Lease (read from the API server, at least as fresh as the Lease read live, not from the
-// cache): one labelled by another lock that exists makes this lock wait (LeaseConflict); one labelled by
-// a lock that no longer exists (deleted while the operator was not running, or whose cleanup has not
-// run yet) loses its role labels first. The pods of this lock are demoted by demotePods.
+// this election is still labelled writer for the lock's Lease (read from the API server, at least as
+// fresh as the Lease read live, not from the cache): one labelled by another lock that exists makes
+// this lock wait (LeaseConflict); one labelled by a lock that no longer exists (deleted while the
+// operator was not running, or whose cleanup has not run yet) loses its role labels first. The pods of
+// this lock are demoted by demotePods.
 func (r *Reconciler) fence(ctx context.Context, s *scope) (waiting bool, err error) {
 	writer := s.decision.Writer.Name
 	if writer == "" {
