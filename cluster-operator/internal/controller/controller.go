@@ -194,13 +194,17 @@ func (s *scope) loadMembers(ctx context.Context) error {
 	return nil
 }
 
-// unlabelledOrphans lists, live, the pods of the namespace that selector matches and that lack the
+// unlabelledOrphans lists, uncached, the pods of the namespace that selector matches and that lack the
 // operator's label and a controller: the orphans the cache does not hold (CacheOptions). The API server
 // filters on the labels, so the answer holds only such orphans, never the StatefulCluster's own pods.
+// It answers from its watch cache as it is (resourceVersion "0"): a consistent list would wait for the
+// cache's progress notification (up to 100 ms) on every reconcile, and an orphan seen late is adopted
+// by a later reconcile, one seen stale fails the adoption's resourceVersion precondition.
 func (s *scope) unlabelledOrphans(ctx context.Context, selector labels.Selector) ([]corev1.Pod, error) {
 	var list corev1.PodList
 	sel := selector.Add(operatorLabel(selection.DoesNotExist))
-	if err := s.r.APIReader.List(ctx, &list, client.InNamespace(s.sc.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	anyVersion := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
+	if err := s.r.APIReader.List(ctx, &list, client.InNamespace(s.sc.Namespace), client.MatchingLabelsSelector{Selector: sel}, anyVersion); err != nil {
 		return nil, fmt.Errorf("listing orphan pods: %w", err)
 	}
 	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return metav1.GetControllerOf(&p) != nil }), nil
