@@ -133,6 +133,15 @@ func (s *scope) loadMembers(ctx context.Context) error {
 	if !adopting {
 		selector = labels.Nothing()
 	}
+	// The orphans' round trip comes first, so that nothing slow runs between the cache's List and the
+	// reads of this process's memory below (deletedByUs): a deletion event arriving in between would make
+	// the memory forget a pod that the list still shows live (envtest: an over-deletion).
+	var orphans []corev1.Pod
+	if adopting {
+		if orphans, err = s.unlabelledOrphans(ctx, selector); err != nil {
+			return err
+		}
+	}
 	// The expectations are read before the cache, never after: the pod event handler forgets a pod's
 	// expectation (observed) once the cache shows the pod, and an event arriving between the List and
 	// a later read would leave that pod counted neither from the list nor from the expectations, and
@@ -143,13 +152,7 @@ func (s *scope) loadMembers(ctx context.Context) error {
 	if err := s.r.Cache.List(ctx, &list, client.InNamespace(s.sc.Namespace)); err != nil {
 		return fmt.Errorf("listing pods: %w", err)
 	}
-	if adopting {
-		orphans, err := s.unlabelledOrphans(ctx, selector)
-		if err != nil {
-			return err
-		}
-		list.Items = append(list.Items, orphans...)
-	}
+	list.Items = append(list.Items, orphans...)
 	seen := map[string]bool{}
 	for i := range list.Items {
 		pod := &list.Items[i]
