@@ -29,27 +29,21 @@ import (
 // CacheOptions scopes the manager's cache as above. main passes it to shared/manager (Options.Cache),
 // and the envtests build their manager with it, so that they read through the same cache.
 func CacheOptions(o *cache.Options) {
-	labelled := cache.ByObject{Label: operatorLabelled()}
-	if o.ByObject == nil {
-		o.ByObject = map[client.Object]cache.ByObject{}
-	}
-	o.ByObject[&corev1.Pod{}] = labelled
-	o.ByObject[&corev1.PersistentVolumeClaim{}] = labelled
-	o.ByObject[&appsv1.ControllerRevision{}] = labelled
-	o.ByObject[&corev1.Node{}] = cache.ByObject{Transform: opsutil.SlimNode}
+	labelled := cache.ByObject{Label: opsutil.HasLabel(clusterv1alpha1.ClusterNameLabel)}
+	opsutil.ScopeCache(o, map[client.Object]cache.ByObject{
+		&corev1.Pod{}:                   labelled,
+		&corev1.PersistentVolumeClaim{}: labelled,
+		&appsv1.ControllerRevision{}:    labelled,
+		&corev1.Node{}:                  {Transform: opsutil.SlimNode},
+	})
 	o.DefaultTransform = cache.TransformStripManagedFields()
 }
 
-// operatorLabelled selects the objects that carry the operator's label, whatever its value.
-func operatorLabelled() labels.Selector {
-	return labels.NewSelector().Add(operatorLabel(selection.Exists))
-}
-
-// operatorLabel is a requirement on the operator's label (Exists or DoesNotExist).
-func operatorLabel(op selection.Operator) labels.Requirement {
-	req, err := labels.NewRequirement(clusterv1alpha1.ClusterNameLabel, op, nil)
+// withoutOperatorLabel narrows selector to the objects that lack the operator's label.
+func withoutOperatorLabel(selector labels.Selector) labels.Selector {
+	req, err := labels.NewRequirement(clusterv1alpha1.ClusterNameLabel, selection.DoesNotExist, nil)
 	if err != nil {
 		panic(err) // a constant, valid key
 	}
-	return *req
+	return selector.Add(*req)
 }

@@ -5,16 +5,17 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // The cache holds what carries the operator's label, whatever its value; the orphan list asks for what
 // lacks it. Together they see every pod a StatefulCluster's selector matches, each once.
 func TestOperatorLabelSplitsThePods(t *testing.T) {
 	selector := labels.SelectorFromSet(labels.Set{"app": "db"})
-	orphans := selector.Add(operatorLabel(selection.DoesNotExist))
+	orphans := withoutOperatorLabel(selector)
+	cached := opsutil.HasLabel(clusterv1alpha1.ClusterNameLabel)
 	for _, tc := range []struct {
 		labels         labels.Set
 		cached, orphan bool
@@ -25,8 +26,8 @@ func TestOperatorLabelSplitsThePods(t *testing.T) {
 		{labels.Set{"app": "web"}, false, false},
 		{labels.Set{clusterv1alpha1.ClusterNameLabel: "other"}, true, false},
 	} {
-		assert.Equal(t, tc.cached, operatorLabelled().Matches(tc.labels), "cached: %v", tc.labels)
+		assert.Equal(t, tc.cached, cached.Matches(tc.labels), "cached: %v", tc.labels)
 		assert.Equal(t, tc.orphan, orphans.Matches(tc.labels), "listed as an orphan: %v", tc.labels)
 	}
-	assert.Equal(t, clusterv1alpha1.ClusterNameLabel, operatorLabelled().String(), "the cache's selector as the API server gets it")
+	assert.Equal(t, clusterv1alpha1.ClusterNameLabel, cached.String(), "the cache's selector as the API server gets it")
 }

@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -205,9 +204,8 @@ func (s *scope) loadMembers(ctx context.Context) error {
 // by a later reconcile, one seen stale fails the adoption's resourceVersion precondition.
 func (s *scope) unlabelledOrphans(ctx context.Context, selector labels.Selector) ([]corev1.Pod, error) {
 	var list corev1.PodList
-	sel := selector.Add(operatorLabel(selection.DoesNotExist))
-	anyVersion := &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}
-	if err := s.r.APIReader.List(ctx, &list, client.InNamespace(s.sc.Namespace), client.MatchingLabelsSelector{Selector: sel}, anyVersion); err != nil {
+	sel := withoutOperatorLabel(selector)
+	if err := s.r.APIReader.List(ctx, &list, client.InNamespace(s.sc.Namespace), client.MatchingLabelsSelector{Selector: sel}, opsutil.NotOlderThan("0")); err != nil {
 		return nil, fmt.Errorf("listing orphan pods: %w", err)
 	}
 	return slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return metav1.GetControllerOf(&p) != nil }), nil

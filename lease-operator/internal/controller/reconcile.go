@@ -65,18 +65,15 @@ type scope struct {
 }
 
 // step records the time since the previous step (or the reconcile's start) under name.
-func (s *scope) step(clock interface{ Now() time.Time }, name string) {
-	now, last := clock.Now(), s.now
-	if n := len(s.steps); n > 0 {
-		last = s.stepEnd
-	}
+func (s *scope) step(now time.Time, name string) {
+	s.steps = append(s.steps, name, now.Sub(s.stepEnd).String())
 	s.stepEnd = now
-	s.steps = append(s.steps, name, now.Sub(last).String())
 }
 
 func (r *Reconciler) newScope(lock *leasev1.StatefulSetLock) *scope {
+	now := r.Clock.Now()
 	return &scope{
-		lock: lock, deleting: !lock.DeletionTimestamp.IsZero(), orig: lock.DeepCopy(), now: r.Clock.Now(),
+		lock: lock, deleting: !lock.DeletionTimestamp.IsZero(), orig: lock.DeepCopy(), now: now, stepEnd: now,
 		duration: time.Duration(lock.Spec.LeaseDurationSeconds) * time.Second,
 	}
 }
@@ -174,23 +171,23 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	if err := r.elect(ctx, s); err != nil {
 		return err
 	}
-	s.step(r.Clock, "read")
+	s.step(r.Clock.Now(), "read")
 	if waiting, err := r.fence(ctx, s); err != nil || waiting {
 		return err
 	}
-	s.step(r.Clock, "fence")
+	s.step(r.Clock.Now(), "fence")
 	if err := r.demotePods(ctx, s); err != nil {
 		return err // nothing below runs: nobody is promoted
 	}
-	s.step(r.Clock, "demote")
+	s.step(r.Clock.Now(), "demote")
 	if err := r.moveLease(ctx, s); err != nil {
 		return err
 	}
-	s.step(r.Clock, "lease")
+	s.step(r.Clock.Now(), "lease")
 	if err := r.promoteWriter(ctx, s); err != nil {
 		return err
 	}
-	s.step(r.Clock, "promote")
+	s.step(r.Clock.Now(), "promote")
 	r.recordFailover(ctx, s)
 	if err := r.endSwitchover(ctx, s); err != nil {
 		return err
@@ -265,27 +262,20 @@ func (r *Reconciler) elect(ctx context.Context, s *scope) error {
 	return nil
 }
 
-// notOlderThan has a list served by the API server's watch cache as soon as the cache holds
-// resourceVersion, where a consistent list (no resourceVersion) waits for the cache to confirm that it
-// is current: up to the API server's 100 ms progress-notification period, on every failover (the
-// fence's list was 64 of a failover's 115 ms at p50 on kwok).
-//
-// The fence may read at the version of the lock's Lease it read live (a quorum read): a pod labelled
-// writer for that Lease name by another lock was labelled before that version. Another lock labels a
-// writer only after its own write of the Lease succeeded, and this lock owns the Lease, which it only
-// creates once no Lease exists (a lock's Lease is deleted with it) and then only updates under a
-// resourceVersion precondition: any label of another lock precedes the creation, so any version since.
-func notOlderThan(resourceVersion string) client.ListOption {
-	return &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: resourceVersion,
-		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}}
-}
-
 // fence makes sure, before the Lease is created or moved or a pod labelled writer, that no pod outside
 // this election is still labelled writer for the lock's Lease (read from the API server, at least as
 // fresh as the Lease read live, not from the cache): one labelled by another lock that exists makes
 // this lock wait (LeaseConflict); one labelled by a lock that no longer exists (deleted while the
 // operator was not running, or whose cleanup has not run yet) loses its role labels first. The pods of
 // this lock are demoted by demotePods.
+//
+// It may list at the version of the lock's Lease it read live (a quorum read), instead of a
+// consistent list that waits for the watch cache (opsutil.NotOlderThan; the fence's list was 64 of a
+// failover's 115 ms at p50 on kwok): a pod labelled writer for that Lease name by another lock was
+// labelled before that version. Another lock labels a writer only after its own write of the Lease
+// succeeded, and this lock owns the Lease, which it only creates once no Lease exists (a lock's Lease is
+// deleted with it) and then only updates under a resourceVersion precondition: any label of another
+// lock precedes the creation, so any version since.
 func (r *Reconciler) fence(ctx context.Context, s *scope) (waiting bool, err error) {
 	writer := s.decision.Writer.Name
 	if writer == "" {
@@ -298,7 +288,7 @@ func (r *Reconciler) fence(ctx context.Context, s *scope) (waiting bool, err err
 	var writers corev1.PodList
 	opts := []client.ListOption{client.InNamespace(s.lock.Namespace), client.MatchingLabels{leasev1.RoleLabel: leasev1.RoleWriter}}
 	if s.lease != nil {
-		opts = append(opts, notOlderThan(s.lease.ResourceVersion))
+		opts = append(opts, opsutil.NotOlderThan(s.lease.ResourceVersion))
 	}
 	if err := r.APIReader.List(ctx, &writers, opts...); err != nil {
 		return false, fmt.Errorf("listing writer pods: %w", err)
