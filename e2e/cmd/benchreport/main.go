@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -23,14 +24,15 @@ func main() {
 	file := flag.String("file", "BENCHMARKS.md", "the markdown file to update")
 	section := flag.String("section", "bench", "which records to write: bench (figures) or chaos (campaigns)")
 	command := flag.String("command", "make bench", "the command that produced the records, as printed in the report")
+	plots := flag.String("plots", "docs/bench", "where the bench section's SVG pictures go, relative to the markdown file's directory")
 	flag.Parse()
-	if err := run(*file, *section, *command); err != nil {
+	if err := run(*file, *section, *command, *plots); err != nil {
 		fmt.Fprintln(os.Stderr, "benchreport:", err)
 		os.Exit(1)
 	}
 }
 
-func run(file, section, command string) error {
+func run(file, section, command, plotsDir string) error {
 	var body string
 	switch section {
 	case "bench":
@@ -41,7 +43,11 @@ func run(file, section, command string) error {
 		if len(figures) == 0 {
 			return fmt.Errorf("no figures in %s", benchfmt.FiguresFile())
 		}
-		body = figuresTable(figures)
+		links, err := writePlots(filepath.Dir(file), plotsDir, figures)
+		if err != nil {
+			return err
+		}
+		body = figuresTable(figures) + plotsList(links)
 	case "chaos":
 		runs, err := benchfmt.Read[benchfmt.ChaosRun](benchfmt.ChaosFile())
 		if err != nil {
@@ -54,7 +60,7 @@ func run(file, section, command string) error {
 	default:
 		return fmt.Errorf("unknown section %q", section)
 	}
-	text := fmt.Sprintf("Measured %s with `%s`.\n\n%s\n%s", time.Now().UTC().Format("2006-01-02 15:04 MST"), command, machine(), body)
+	text := fmt.Sprintf("Measured %s at %s with `%s`.\n\n%s\n%s", time.Now().UTC().Format("2006-01-02 15:04 MST"), commit(), command, machine(), body)
 	return replaceSection(file, section, text)
 }
 
@@ -74,6 +80,20 @@ func replaceSection(file, section, text string) error {
 		out = append(append(append([]byte{}, old[:i]...), block...), old[j+len(end):]...)
 	}
 	return os.WriteFile(file, out, 0o644)
+}
+
+// commit names the checked-out commit the figures were measured at, marked when the tree had
+// uncommitted changes (then the commit alone does not reproduce them).
+func commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "an unknown commit"
+	}
+	c := "commit " + strings.TrimSpace(string(out))
+	if dirty, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(dirty)) > 0 {
+		c += " (with uncommitted changes)"
+	}
+	return c
 }
 
 // machine describes where the figures were measured: cores, CPU model, memory, kernel, Go, load.
