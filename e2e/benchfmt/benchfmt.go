@@ -41,7 +41,8 @@ type Figure struct {
 
 // Target is one goal of a figure: Stat of the samples must be at most Max, or at least Min.
 type Target struct {
-	// Stat is p50, p95, p99, max or ratio (the operator's p50 over the baseline's p50).
+	// Stat is p50, p95, p99, max, ratio (the operator's p50 over the baseline's p50) or ratio99 (the
+	// same for p99).
 	Stat string `json:"stat"`
 	// Max, when set, is the highest acceptable value.
 	Max *float64 `json:"max,omitempty"`
@@ -64,7 +65,8 @@ func (f Figure) Met(t Target) (bool, float64) {
 	return (t.Max == nil || v <= *t.Max) && (t.Min == nil || v >= *t.Min), v
 }
 
-// Stat returns p50, p95, p99 or max of the samples, or ratio (samples p50 / baseline p50); NaN
+// Stat returns p50, p95, p99 or max of the samples, ratio (samples p50 / baseline p50) or ratio99
+// (samples p99 / baseline p99); NaN
 // when it cannot be computed.
 func (f Figure) Stat(stat string) float64 {
 	switch stat {
@@ -74,6 +76,12 @@ func (f Figure) Stat(stat string) float64 {
 			return math.NaN()
 		}
 		return Percentile(f.Samples, 50) / b
+	case "ratio99":
+		b := Percentile(f.BaselineSamples, 99)
+		if b == 0 || math.IsNaN(b) {
+			return math.NaN()
+		}
+		return Percentile(f.Samples, 99) / b
 	case "max":
 		return Percentile(f.Samples, 100)
 	case "p50":

@@ -5,6 +5,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
@@ -121,6 +124,7 @@ func TestBenchClusterScaleUp(t *testing.T) {
 	patchStatefulCluster(t, ns, "big", fmt.Sprintf(`{"spec":{"replicas":%d}}`, clusterBenchScale))
 	require.Eventually(t, func() bool { return marks.created() == clusterBenchScale }, 5*framework.Timeout, framework.Tick, "%d pods created", clusterBenchScale)
 	scRate := float64(clusterBenchScale) / marks.lastCreated().Sub(start).Seconds()
+	scTimeline := marks.timeline(start)
 	waitStatefulClusterReady(t, ns, "big", clusterBenchScale, 5*framework.Timeout)
 	names, reuses, over := c.counts()
 	assert.Equal(t, clusterBenchScale, names)
@@ -144,6 +148,11 @@ func TestBenchClusterScaleUp(t *testing.T) {
 	require.Eventually(t, func() bool { return native.created() == clusterBenchScale }, 5*framework.Timeout, framework.Tick, "%d pods created", clusterBenchScale)
 	stsRate := float64(clusterBenchScale) / native.lastCreated().Sub(start).Seconds()
 	framework.WaitStatefulSetReady(t, ns2, "big", clusterBenchScale)
+	_, err = framework.Clientset.AppsV1().StatefulSets(ns2).Patch(t.Context(), "big", types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	framework.WaitStatefulSetReady(t, ns2, "big", 0)
+
+	bareRate := clusterBenchBareClientScaleUp(t, framework.NewStatefulCluster("big", clusterBenchScale).Spec.Template)
 
 	framework.RecordFigure(t, benchfmt.Figure{
 		Operator: "cluster", Name: fmt.Sprintf("scale-up 0->%d (pods created per second)", clusterBenchScale), Unit: "pods/s", Where: "kwok",
@@ -152,6 +161,57 @@ func TestBenchClusterScaleUp(t *testing.T) {
 			"%dth pod, on 4 extra kwok nodes; higher is better, so a ratio above 1 means faster than the StatefulSet. The issue sets no "+
 			"target. Invariant: %d reused identities, %d over-creations.", clusterBenchScale, reuses, over),
 	})
+	framework.RecordFigure(t, benchfmt.Figure{
+		Operator: "cluster", Name: fmt.Sprintf("scale-up 0->%d beside what the API server allows (pods created per second)", clusterBenchScale),
+		Unit: "pods/s", Where: "kwok",
+		Samples: []float64{scRate}, Baseline: "a bare client creating the same pods in the same slow-start batches, without client-side rate limit",
+		BaselineSamples: []float64{bareRate},
+		Targets:         []benchfmt.Target{benchfmt.AtLeast("ratio", 0.8)},
+		Note: fmt.Sprintf("The same run as the row beside the StatefulSet. The bare client is the operator's creation loop without its "+
+			"bookkeeping: batches of 1, 2, 4, ... concurrent Creates of the StatefulCluster's pod template, no reservation write "+
+			"before each batch, no client-side rate limit (QPS -1), so only the API server (its max-in-flight and priority-and-"+
+			"fairness limits) and the machine bound it. The operator, like the bare client, has no client-side rate limit; "+
+			"it adds one status write per batch (the reservation of the batch's identities, written ahead of the pods). "+
+			"The operator's nth pod seen created after: %s.", scTimeline),
+	})
+}
+
+// clusterBenchBareClientScaleUp creates clusterBenchScale pods of template in a new namespace the way
+// the cluster-operator's scale-up does (slow-start batches of concurrent Creates) but with nothing
+// else: no reservation write and no client-side rate limit. It returns pods created per second, timed
+// like the operator's figure (start to the watch event of the last pod), and deletes the pods again.
+func clusterBenchBareClientScaleUp(t *testing.T, template corev1.PodTemplateSpec) float64 {
+	t.Helper()
+	cfg := rest.CopyConfig(framework.RESTConfig)
+	cfg.QPS, cfg.Burst = -1, 0 // a negative QPS switches client-go's rate limiter off
+	bare, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	ns := framework.NewNamespace(t)
+	marks := watchClusterBenchPods(t, ns)
+	start := time.Now()
+	for created, batch := 0, 1; created < clusterBenchScale; batch *= 2 {
+		n := min(batch, clusterBenchScale-created)
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				pod := &corev1.Pod{ObjectMeta: *template.ObjectMeta.DeepCopy(), Spec: *template.Spec.DeepCopy()}
+				pod.Name = fmt.Sprintf("big-%d", created+i)
+				_, errs[i] = bare.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{})
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		created += n
+	}
+	require.Eventually(t, func() bool { return marks.created() == clusterBenchScale }, 5*framework.Timeout, framework.Tick, "%d pods created", clusterBenchScale)
+	rate := float64(clusterBenchScale) / marks.lastCreated().Sub(start).Seconds()
+	t.Logf("bare client: pods seen created after %s", marks.timeline(start))
+	require.NoError(t, bare.CoreV1().Pods(ns).DeleteCollection(t.Context(),
+		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}))
+	return rate
 }
 
 // clusterBenchPods timestamps, per pod UID, its creation and its Deleted event.
@@ -242,6 +302,18 @@ func (m *clusterBenchPods) created() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.order)
+}
+
+// timeline returns, for creations in watch order, the offsets from start at which the 1st, 2nd, 4th,
+// 8th ... pod was seen created (the ends of slow-start batches), for the figure's note.
+func (m *clusterBenchPods) timeline(start time.Time) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var parts []string
+	for i := 1; i <= len(m.order); i *= 2 {
+		parts = append(parts, fmt.Sprintf("%d: %d ms", i, m.createdAt[m.order[i-1]].Sub(start).Milliseconds()))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (m *clusterBenchPods) lastCreated() time.Time {

@@ -21,6 +21,11 @@ func WebhookCABundle(stateDir, name string) ([]byte, error) {
 	return os.ReadFile(filepath.Join(certDir(stateDir, name), "ca.crt"))
 }
 
+// WebhookCerts writes (or keeps, while valid for another day) a CA and a serving certificate for
+// 127.0.0.1 for a webhook server the caller runs itself, and returns the directory holding tls.crt,
+// tls.key and ca.crt.
+func WebhookCerts(stateDir, name string) (string, error) { return ensureWebhookCerts(stateDir, name) }
+
 func certDir(stateDir, name string) string { return filepath.Join(Dir(stateDir), name+"-certs") }
 
 // ensureWebhookCerts writes a CA and a serving certificate for 127.0.0.1 and localhost (tls.crt,

@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,7 +47,7 @@ const indexPodNode = "spec.nodeName"
 
 // Reconciler reconciles StatefulClusters.
 //
-// Its Client writes pods, claims, revisions and status (with a rate limit of its own, see Setup); its
+// Its Client writes pods, claims, revisions and status; its
 // Cache holds StatefulClusters, pods, claims, revisions and nodes as CacheOptions scoped them; its
 // APIReader confirms what a lagging cache cannot.
 type Reconciler struct {
@@ -72,21 +71,14 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
+	// Writes go through the manager's client, which has no client-side rate limit (controller-runtime's
+	// default): the API server's priority and fairness is the limit, and a scale-up creates pods in
+	// slow-start batches that stop at the first failure. A limit of 50 requests/s held a 0→500
+	// scale-up to 62 pods/s where the API server allowed 283 (BENCHMARKS.md).
 	r := &Reconciler{
 		Access: opsutil.NewAccess(mgr, "cluster-operator", opts.Overrides),
 		mem:    newMemory(),
 		writes: newOwnWrites(),
-	}
-	if opts.Client == nil {
-		// Writes get a client of their own with the rate limits of kube-controller-manager's workload
-		// controllers, so a 0→500 scale-up is not throttled at client-go's default 20 QPS.
-		cfg := rest.CopyConfig(mgr.GetConfig())
-		cfg.QPS, cfg.Burst = 50, 100
-		writer, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
-		if err != nil {
-			return err
-		}
-		r.Client = writer
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("statefulcluster").

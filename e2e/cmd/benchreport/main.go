@@ -183,7 +183,7 @@ func chaosTable(runs []benchfmt.ChaosRun) string {
 }
 
 func unitOf(t benchfmt.Target, f benchfmt.Figure) string {
-	if t.Stat == "ratio" {
+	if strings.HasPrefix(t.Stat, "ratio") {
 		return "×"
 	}
 	return f.Unit
