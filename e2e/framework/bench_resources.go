@@ -503,6 +503,16 @@ func resWorkloadResource(key string) bool {
 	return false
 }
 
+// ResNonLeaseWritesPerMinute is the operator's writes of each window of ResMinuteAtRest that are not
+// Lease writes nor the bench's scrape reviews, scaled to a minute.
+func ResNonLeaseWritesPerMinute(windows []resWindowWrites, operator string) []float64 {
+	out := make([]float64, 0, len(windows))
+	for _, w := range windows {
+		out = append(out, w.nonLease[operator]*60/w.seconds)
+	}
+	return out
+}
+
 // ResRecordWrites records one writes-at-rest figure per operator and logs the API server's table.
 func ResRecordWrites(t *testing.T, ops []*ResOperator, windows []resWindowWrites) {
 	t.Helper()
