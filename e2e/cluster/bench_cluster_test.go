@@ -3,7 +3,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -19,8 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/statefulops/statefulops/e2e/benchfmt"
@@ -227,7 +224,7 @@ type clusterBenchPods struct {
 func watchClusterBenchPods(t *testing.T, ns string) *clusterBenchPods {
 	t.Helper()
 	m := &clusterBenchPods{createdAt: map[types.UID]time.Time{}, goneAt: map[types.UID]time.Time{}, names: map[types.UID]string{}}
-	clusterBenchWatchPods(t, ns, func(typ watch.EventType, pod *corev1.Pod) {
+	framework.WatchPods(t, ns, "", func(typ watch.EventType, pod *corev1.Pod) {
 		now := time.Now()
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -240,32 +237,6 @@ func watchClusterBenchPods(t *testing.T, ns string) *clusterBenchPods {
 		}
 	})
 	return m
-}
-
-// clusterBenchWatchPods calls fn for every pod of ns, listed, then for every watch event, in order. The watch
-// resumes from the last resourceVersion when the API server closes it (it does with a watcher that
-// falls behind on a loaded machine, e.g. during a 500-pod scale-up), so no event is lost.
-func clusterBenchWatchPods(t *testing.T, ns string, fn func(watch.EventType, *corev1.Pod)) {
-	t.Helper()
-	list, err := framework.Clientset.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{})
-	require.NoError(t, err)
-	for i := range list.Items {
-		fn(watch.Added, &list.Items[i])
-	}
-	w, err := watchtools.NewRetryWatcherWithContext(t.Context(), list.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
-			return framework.Clientset.CoreV1().Pods(ns).Watch(ctx, options)
-		},
-	})
-	require.NoError(t, err)
-	t.Cleanup(w.Stop)
-	go func() {
-		for ev := range w.ResultChan() {
-			if pod, ok := ev.Object.(*corev1.Pod); ok {
-				fn(ev.Type, pod)
-			}
-		}
-	}()
 }
 
 // replacement returns when the pod was seen gone and when the first pod created after that was seen

@@ -12,6 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 )
 
 // PauseImage is the image of every test container: kwok never pulls it, a real node would.
@@ -121,4 +124,32 @@ func NodeCondition(node *corev1.Node, conditionType corev1.NodeConditionType) co
 		}
 	}
 	return ""
+}
+
+// WatchPods calls fn for every pod of ns ("" for all namespaces) matching selector, listed, then for
+// every watch event, in order. The watch resumes from the last resourceVersion when the API server
+// closes it (it does with a watcher that falls behind on a loaded machine, e.g. during a 500-pod
+// scale-up), so no event is lost. It stops when the test ends.
+func WatchPods(t *testing.T, ns, selector string, fn func(watch.EventType, *corev1.Pod)) {
+	t.Helper()
+	list, err := Clientset.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: selector})
+	require.NoError(t, err)
+	for i := range list.Items {
+		fn(watch.Added, &list.Items[i])
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(t.Context(), list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			options.LabelSelector = selector
+			return Clientset.CoreV1().Pods(ns).Watch(ctx, options)
+		},
+	})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			if pod, ok := ev.Object.(*corev1.Pod); ok {
+				fn(ev.Type, pod)
+			}
+		}
+	}()
 }

@@ -3,7 +3,6 @@
 package lease
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -18,8 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,7 +53,6 @@ func TestBenchLeaseScale(t *testing.T) {
 	marks := watchLeaseScalePods(t)
 
 	type size struct {
-		locks                     int
 		settleRate                float64 // locks settled per second after their creation
 		singles, tenth, writesMin []float64
 		rssPerLock                float64
@@ -67,7 +63,7 @@ func TestBenchLeaseScale(t *testing.T) {
 	fast, err := client.New(cfg, client.Options{Scheme: framework.Client.Scheme()})
 	require.NoError(t, err)
 	measure := func(ns string, created, total int, all []leaseScaleLock) size {
-		s := size{locks: total}
+		var s size
 		start := time.Now()
 		require.NoError(t, framework.ResParallel(created, func(i int) error {
 			l := all[len(all)-created+i]
@@ -243,24 +239,7 @@ func watchLeaseScalePods(t *testing.T) *leaseScalePods {
 	t.Helper()
 	m := &leaseScalePods{ready: map[string]bool{}, notReadyAt: map[string]time.Time{}, writerAt: map[string]time.Time{},
 		byGroup: map[string]map[string]bool{}}
-	sel := leaseScaleLabel + "=true"
-	list, err := framework.Clientset.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{LabelSelector: sel})
-	require.NoError(t, err)
-	w, err := watchtools.NewRetryWatcherWithContext(t.Context(), list.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel
-			return framework.Clientset.CoreV1().Pods("").Watch(ctx, o)
-		},
-	})
-	require.NoError(t, err)
-	t.Cleanup(w.Stop)
-	go func() {
-		for ev := range w.ResultChan() {
-			if pod, ok := ev.Object.(*corev1.Pod); ok {
-				m.observe(ev.Type, pod, time.Now())
-			}
-		}
-	}()
+	framework.WatchPods(t, "", leaseScaleLabel+"=true", func(typ watch.EventType, pod *corev1.Pod) { m.observe(typ, pod, time.Now()) })
 	return m
 }
 
