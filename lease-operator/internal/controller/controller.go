@@ -11,8 +11,9 @@
 // Fencing across locks: a pod is labelled writer for Lease L only when no other pod of the namespace
 // is still labelled writer for L. Every pod the operator labels carries the lock it acts for (label
 // app.anukkrit.me/statefulsetlock) and the writer also the Lease's name (annotation
-// app.anukkrit.me/writer-lease). Before creating or taking L or labelling a writer (fence), the
-// namespace's writer pods are listed live from the API server: a writer for L labelled by another lock
+// app.anukkrit.me/writer-lease, and label app.anukkrit.me/writer-lease-key). Before creating or taking L
+// or labelling a writer (fence), the namespace's writer pods for L (by that label, and those an earlier
+// version labelled without it) are listed live from the API server: a writer for L labelled by another lock
 // that exists makes the lock wait (LeaseConflict); one labelled by a lock that no longer exists loses its
 // role labels first. When the operator finds a lock gone (its deletion, or a pod still naming it after a
 // re-install: reconcileGone), it removes the role labels of every pod that lock labelled, one patch per

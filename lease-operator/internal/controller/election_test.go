@@ -135,7 +135,7 @@ func TestHasRole(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: annotations}}
 	}
 	lock := &leasev1.StatefulSetLock{ObjectMeta: metav1.ObjectMeta{Name: "lock"}, Spec: leasev1.StatefulSetLockSpec{LeaseName: "lease"}}
-	writer := mk(map[string]string{leasev1.RoleLabel: leasev1.RoleWriter, leasev1.LockLabel: "lock"},
+	writer := mk(map[string]string{leasev1.RoleLabel: leasev1.RoleWriter, leasev1.LockLabel: "lock", leasev1.WriterLeaseKeyLabel: "lease"},
 		map[string]string{leasev1.WriterEpochAnnotation: "3", leasev1.WriterLeaseAnnotation: "lease"})
 	assert.True(t, hasRole(writer, writerRole(lock, "3")))
 	assert.False(t, hasRole(writer, writerRole(lock, "4")), "stale epoch")

@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -94,6 +96,14 @@ func TestDeletedLockLosesItsLabelsAndLease(t *testing.T) {
 // orphan writer has lost its labels; and an operator that starts finds the orphans by their lock
 // label and removes them even where no other lock asks.
 func TestOrphanWriterIsCleanedBeforeAnotherLockElects(t *testing.T) {
+	// The orphan as this version labels a writer, and as an earlier one did (no writer-lease-key label,
+	// which the fence lists separately; nor the lock label, so that only the fence removes its role).
+	for _, unkeyed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unkeyed=%t", unkeyed), func(t *testing.T) { orphanWriterIsCleaned(t, unkeyed) })
+	}
+}
+
+func orphanWriterIsCleaned(t *testing.T, unkeyed bool) {
 	f := newFixture(t)
 	f.createPods(2)
 	other := f.createStatefulSetNamed("other")
@@ -103,6 +113,11 @@ func TestOrphanWriterIsCleanedBeforeAnotherLockElects(t *testing.T) {
 	f.waitRoles(map[string]string{"db-0": leasev1.RoleWriter, "db-1": leasev1.RoleReader, "other-0": "-"})
 
 	op.stop()
+	if unkeyed {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db-0"}}
+		require.NoError(t, suite.Client.Patch(t.Context(), pod, client.RawPatch(types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+leasev1.WriterLeaseKeyLabel+`":null,"`+leasev1.LockLabel+`":null}}}`))))
+	}
 	lease := f.lease("shared")
 	require.NoError(t, suite.Client.Delete(t.Context(), f.lock("old")))
 	require.NoError(t, suite.Client.Delete(t.Context(), lease)) // the garbage collector

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -11,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -19,9 +22,21 @@ import (
 // role is what the operator writes on a pod: the role label, the lock that labelled it (so that the
 // labels of a lock that no longer exists can be found and removed), and on the writer its fencing
 // epoch and the Lease it writes for (so that no other pod is labelled writer for that Lease while it
-// is). The zero role is none of them.
+// is), as an annotation and as a label the fence lists by (leaseKey). The zero role is none of them.
 type role struct {
 	name, lock, epoch, lease string
+}
+
+// leaseKey is the writer-lease-key label's value for a Lease name: the name itself when it fits a
+// label value (a Lease name is a DNS subdomain: the characters always do), otherwise "sha256-" and the
+// first 48 hex digits of its SHA-256. Two names with one key only cost the fence a longer list: it
+// still compares the writer-lease annotation.
+func leaseKey(lease string) string {
+	if lease == "" || len(lease) <= validation.LabelValueMaxLength {
+		return lease
+	}
+	sum := sha256.Sum256([]byte(lease))
+	return "sha256-" + hex.EncodeToString(sum[:])[:48]
 }
 
 func readerRole(lock *leasev1.StatefulSetLock) role {
@@ -39,7 +54,7 @@ func hasRole(pod *corev1.Pod, want role) bool {
 		return got == value && ok == (value != "")
 	}
 	return has(pod.Labels, leasev1.RoleLabel, want.name) && has(pod.Labels, leasev1.LockLabel, want.lock) &&
-		has(pod.Annotations, leasev1.WriterEpochAnnotation, want.epoch) && has(pod.Annotations, leasev1.WriterLeaseAnnotation, want.lease)
+		has(pod.Labels, leasev1.WriterLeaseKeyLabel, leaseKey(want.lease)) && has(pod.Annotations, leasev1.WriterEpochAnnotation, want.epoch) && has(pod.Annotations, leasev1.WriterLeaseAnnotation, want.lease)
 }
 
 // patch is the merge patch that sets the role's keys on a pod and removes those it has no value for.
@@ -51,7 +66,8 @@ func (want role) patch() map[string]any {
 		return v
 	}
 	return map[string]any{"metadata": map[string]any{
-		"labels":      map[string]any{leasev1.RoleLabel: value(want.name), leasev1.LockLabel: value(want.lock)},
+		"labels": map[string]any{leasev1.RoleLabel: value(want.name), leasev1.LockLabel: value(want.lock),
+			leasev1.WriterLeaseKeyLabel: value(leaseKey(want.lease))},
 		"annotations": map[string]any{leasev1.WriterEpochAnnotation: value(want.epoch), leasev1.WriterLeaseAnnotation: value(want.lease)},
 	}}
 }

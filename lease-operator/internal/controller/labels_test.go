@@ -1,12 +1,14 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
@@ -50,4 +52,31 @@ func TestLabelledWriter(t *testing.T) {
 			assert.Equal(t, tc.wantEpoch, epoch)
 		})
 	}
+}
+
+// The writer-lease-key label is the Lease's name where a label value can hold it, and a digest of the
+// name where it cannot (a Lease name may have 253 characters); the writer role carries it and the
+// reader role removes it.
+func TestLeaseKeyLabel(t *testing.T) {
+	assert.Equal(t, "db-lease", leaseKey("db-lease"))
+	assert.Equal(t, "", leaseKey(""))
+	long := strings.Repeat("a.", 100) + "lease"
+	key := leaseKey(long)
+	assert.Empty(t, validation.IsValidLabelValue(key), "%q is a label value", key)
+	assert.True(t, strings.HasPrefix(key, "sha256-"))
+	assert.NotEqual(t, key, leaseKey(long+"2"))
+
+	lock := &leasev1.StatefulSetLock{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Spec: leasev1.StatefulSetLockSpec{LeaseName: "db-lease"}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Labels:      map[string]string{leasev1.RoleLabel: leasev1.RoleWriter, leasev1.LockLabel: "db"},
+		Annotations: map[string]string{leasev1.WriterEpochAnnotation: "3", leasev1.WriterLeaseAnnotation: "db-lease"},
+	}}
+	assert.False(t, hasRole(pod, writerRole(lock, "3")), "a writer labelled by an earlier version, without the key, is labelled again")
+	pod.Labels[leasev1.WriterLeaseKeyLabel] = "db-lease"
+	assert.True(t, hasRole(pod, writerRole(lock, "3")))
+	labels := writerRole(lock, "3").patch()["metadata"].(map[string]any)["labels"].(map[string]any)
+	assert.Equal(t, "db-lease", labels[leasev1.WriterLeaseKeyLabel])
+	labels = readerRole(lock).patch()["metadata"].(map[string]any)["labels"].(map[string]any)
+	assert.Nil(t, labels[leasev1.WriterLeaseKeyLabel], "the reader role removes the key")
+	assert.Contains(t, labels, leasev1.WriterLeaseKeyLabel)
 }

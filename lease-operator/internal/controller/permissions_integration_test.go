@@ -149,7 +149,7 @@ func TestShippedPermissionsLetTheOperatorWriteOnlyItsLeases(t *testing.T) {
 		"renew a lock's Lease":  renew,
 		"delete a lock's Lease": func(c client.Client) error { return c.Delete(ctx, owned.DeepCopy(), client.DryRunAll) },
 		"label a pod writer": func(c client.Client) error {
-			return patchPod(c, `{"metadata":{"labels":{"sts-role":"writer","app.anukkrit.me/statefulsetlock":"db"},"annotations":{"app.anukkrit.me/writer-epoch":"3","app.anukkrit.me/writer-lease":"db-lease"}}}`)
+			return patchPod(c, `{"metadata":{"labels":{"sts-role":"writer","app.anukkrit.me/statefulsetlock":"db","app.anukkrit.me/writer-lease-key":"db-lease"},"annotations":{"app.anukkrit.me/writer-epoch":"3","app.anukkrit.me/writer-lease":"db-lease"}}}`)
 		},
 	}
 	for name, write := range allowed {

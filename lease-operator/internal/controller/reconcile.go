@@ -13,7 +13,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -286,16 +288,12 @@ func (r *Reconciler) fence(ctx context.Context, s *scope) (waiting bool, err err
 	if s.lease != nil && !s.leaseWrite.moved && hasRole(&s.pods[i], writerRole(s.lock, epochString(s.leaseWrite.transitions))) {
 		return false, nil // the writer keeps its Lease and its labels: nothing is taken or labelled
 	}
-	var writers corev1.PodList
-	opts := []client.ListOption{client.InNamespace(s.lock.Namespace), client.MatchingLabels{leasev1.RoleLabel: leasev1.RoleWriter}}
-	if s.lease != nil {
-		opts = append(opts, opsutil.NotOlderThan(s.lease.ResourceVersion))
+	writers, err := r.listWritersFor(ctx, s)
+	if err != nil {
+		return false, err
 	}
-	if err := r.APIReader.List(ctx, &writers, opts...); err != nil {
-		return false, fmt.Errorf("listing writer pods: %w", err)
-	}
-	for i := range writers.Items {
-		pod := &writers.Items[i]
+	for i := range writers {
+		pod := &writers[i]
 		if pod.Annotations[leasev1.WriterLeaseAnnotation] != s.lock.Spec.LeaseName {
 			continue
 		}
@@ -319,6 +317,37 @@ func (r *Reconciler) fence(ctx context.Context, s *scope) (waiting bool, err err
 		}
 	}
 	return false, nil
+}
+
+// listWritersFor lists, live (fence), the pods of the lock's namespace labelled writer for its Lease
+// (the writer-lease-key label), and those labelled writer by a version that did not write that label
+// (none once every writer was labelled again): with 1,000 locks in a namespace, listing every writer
+// and keeping those whose annotation names the Lease cost the fence 204 ms at p50 (TestBenchLeaseScale).
+func (r *Reconciler) listWritersFor(ctx context.Context, s *scope) ([]corev1.Pod, error) {
+	unkeyed, err := labels.NewRequirement(leasev1.WriterLeaseKeyLabel, selection.DoesNotExist, nil)
+	if err != nil {
+		return nil, err
+	}
+	writer, err := labels.NewRequirement(leasev1.RoleLabel, selection.Equals, []string{leasev1.RoleWriter})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, sel := range []client.ListOption{
+		client.MatchingLabels{leasev1.RoleLabel: leasev1.RoleWriter, leasev1.WriterLeaseKeyLabel: leaseKey(s.lock.Spec.LeaseName)},
+		client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*writer, *unkeyed)},
+	} {
+		var writers corev1.PodList
+		opts := []client.ListOption{client.InNamespace(s.lock.Namespace), sel}
+		if s.lease != nil {
+			opts = append(opts, opsutil.NotOlderThan(s.lease.ResourceVersion))
+		}
+		if err := r.APIReader.List(ctx, &writers, opts...); err != nil {
+			return nil, fmt.Errorf("listing writer pods: %w", err)
+		}
+		out = append(out, writers.Items...)
+	}
+	return out, nil
 }
 
 // demotePods labels every pod but the new writer reader. When the writer moves, the previous one (as

@@ -83,6 +83,10 @@ const (
 	// WriterLeaseAnnotation on the writer pod names the Lease it is the writer for (a Lease name may be
 	// longer than a label value): no pod is labelled writer for a Lease while another pod still is.
 	WriterLeaseAnnotation = "app.anukkrit.me/writer-lease"
+	// WriterLeaseKeyLabel on the writer pod is its Lease's name as a label value (LeaseKey), so the
+	// operator lists the pods labelled writer for one Lease instead of every writer of the namespace;
+	// WriterLeaseAnnotation stays the exact record.
+	WriterLeaseKeyLabel = "app.anukkrit.me/writer-lease-key"
 	// Finalizer is the original operator's finalizer, which an older version of this operator set too;
 	// the operator now removes it on sight (a lock needs none: see the controller package).
 	Finalizer = "statefulsetlock.app.anukkrit.me/finalizer"
