@@ -86,7 +86,7 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Pod{}, r.podHandler(), podPredicate())).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.PersistentVolumeClaim{}, claimHandler(), claimPredicate())).
 		WatchesRawSource(source.Kind(mgr.GetCache(), &corev1.Node{}, r.nodeHandler(), nodePredicate())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opsutil.Workers}).
 		Complete(r)
 }
 

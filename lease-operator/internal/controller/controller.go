@@ -62,13 +62,6 @@ const (
 	indexLockLease       = "spec.leaseName" // lock → spec.leaseName
 )
 
-// workers is how many locks are reconciled at once. controller-runtime never reconciles one lock
-// twice at once, and what locks share goes through the API server under resourceVersion preconditions
-// (the Lease, the fence's pod labels), so locks need no order among themselves. With one worker, 1,000
-// locks' Lease renewals and 100 simultaneous failovers queued behind each other for seconds
-// (TestBenchLeaseScale: failover p99 9.8 s with one worker).
-const workers = 4
-
 // Reconciler reconciles StatefulSetLocks.
 //
 // Its Client writes pods, Leases and locks; its Cache holds StatefulSetLocks, pods, nodes, Leases and
@@ -127,7 +120,7 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		// A lock's deletion wakes the younger locks naming its StatefulSet (StatefulSetConflict): the
 		// next in line takes over at once, not at its next retry.
 		WatchesRawSource(source.Kind(cached, &leasev1.StatefulSetLock{}, r.siblingHandler(), lockDeleted())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opsutil.Workers}).
 		Complete(r)
 }
 

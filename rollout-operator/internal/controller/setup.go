@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -77,6 +78,7 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	byTarget := rolloutsTargeting(mgr.GetClient())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("phasedrollout").
+		WithOptions(controller.Options{MaxConcurrentReconciles: opsutil.Workers}).
 		For(&rolloutv1alpha1.PhasedRollout{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletingPredicate()))).
 		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return withOwner(byTarget(ctx, o.GetNamespace(), o.GetName()), o)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -110,7 +111,8 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		For(&singletonv1.StatefulSingleton{}).
 		Watches(&corev1.Pod{}, r.podHandler()).
 		WatchesRawSource(source.Channel(caches.events, r.podHandler())).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.singletonsOfNode))
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.singletonsOfNode)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: opsutil.Workers})
 	if opts.Exits != nil {
 		// An accepted exit report: the pod stopped counting as running (the handover's clock starts).
 		b = b.WatchesRawSource(source.Channel(opts.Exits.Events(), handler.Funcs{
