@@ -164,13 +164,17 @@ func (m *memory) wasReady(uid types.UID) bool {
 	return m.seenReady[uid]
 }
 
-// podGone notes a pod that disappeared and forgets what was kept about it.
-func (m *memory) podGone(sc types.NamespacedName, p gonePod) {
+// podGone notes a pod that disappeared at `at` and forgets what was kept about it. A pod this process
+// did not delete (deleted by someone else, evicted) is lost from then on: its replacement's latency
+// counts from its disappearance.
+func (m *memory) podGone(sc types.NamespacedName, p gonePod, at time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.seenReady, p.uid)
 	if d, ours := m.deleted[p.uid]; ours {
 		p.reason, p.message = d.reason, d.message
+	} else if len(m.lostSince[sc]) < 1000 {
+		m.lostSince[sc] = append(m.lostSince[sc], at)
 	}
 	delete(m.deleted, p.uid)
 	if len(m.gone[sc]) < 1000 {

@@ -28,7 +28,7 @@ var (
 	}, []string{"namespace", "statefulcluster"})
 	replacementLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "cluster_operator_replacement_latency_seconds",
-		Help:    "Time from a pod becoming unusable (its node lost, it failed, stayed unhealthy) to the creation of its replacement; includes the configured threshold.",
+		Help:    "Time from a pod becoming unusable (its node lost, it failed, stayed unhealthy; or gone, deleted by someone else) to the creation of its replacement; includes the configured threshold.",
 		Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
 	}, []string{"namespace", "statefulcluster"})
 )

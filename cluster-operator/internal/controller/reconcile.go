@@ -72,6 +72,8 @@ type scope struct {
 	// hookFailure is the failing call of a membership hook with failurePolicy Fail; hookStalled is set
 	// too when no pod can ever answer it (Stalled). Both guarded by hookMu.
 	hookFailure, hookStalled string
+	// reserveTook is how long the last high-water mark's write took (the replacement's log line).
+	reserveTook time.Duration
 }
 
 // newScope starts the reconcile of sc.

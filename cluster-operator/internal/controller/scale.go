@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	clusterv1alpha1 "github.com/statefulops/statefulops/shared/api/cluster/v1alpha1"
 )
@@ -146,6 +147,8 @@ func (s *scope) reserve(ctx context.Context, names []string) error {
 		}
 	}
 	s.sc.Status.NextIdentity = next
+	start := s.r.Clock.Now()
+	defer func() { s.reserveTook = s.r.Clock.Since(start) }()
 	// A random name has no mark, but the write still proves the object (and its ledger) was current.
 	if err := s.patchStatus(ctx, s.sc.Spec.IdentityFormat == clusterv1alpha1.RandomIdentityFormat); err != nil {
 		if apierrors.IsConflict(err) {
@@ -170,6 +173,7 @@ func (s *scope) createPod(ctx context.Context, name, revision, zone string) erro
 		}
 		pinToZone(pod, key, zone)
 	}
+	createStart := s.r.Clock.Now()
 	if err := s.r.Client.Create(ctx, pod); err != nil {
 		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 			return err // the namespace is going away with everything in it: no Event, nothing to fix
@@ -187,7 +191,14 @@ func (s *scope) createPod(ctx context.Context, name, revision, zone string) erro
 	s.r.mem.expectCreated(s.key, name, revision, s.now)
 	podsCreated.WithLabelValues(s.sc.Namespace, s.sc.Name).Inc()
 	if since, ok := s.r.mem.popLost(s.key); ok {
-		replacementLatency.WithLabelValues(s.sc.Namespace, s.sc.Name).Observe(s.r.Clock.Since(since).Seconds())
+		took := s.r.Clock.Since(since)
+		replacementLatency.WithLabelValues(s.sc.Namespace, s.sc.Name).Observe(took.Seconds())
+		// Where a replacement's time went (issue 21: 4 × the StatefulSet's): queued (the loss seen →
+		// this reconcile began), the identity's reservation (the high-water mark's write), the pod's
+		// creation; the rest is the reconcile's own work before them.
+		ctrl.LoggerFrom(ctx).Info("Replaced a lost pod", "pod", name, "sinceLost", took.String(),
+			"queued", s.now.Sub(since).String(), "reserve", s.reserveTook.String(),
+			"create", s.r.Clock.Since(createStart).String())
 	}
 	for _, ct := range s.sc.Spec.VolumeClaimTemplates {
 		if err := s.createClaim(ctx, name, ct); err != nil {

@@ -60,7 +60,7 @@ func (r *Reconciler) podHandler() handler.TypedEventHandler[*corev1.Pod, reconci
 	}
 	gone := func(pod *corev1.Pod) {
 		if key, ok := opsutil.ControllerOfKind(pod, "StatefulCluster"); ok {
-			r.mem.podGone(key, gonePod{name: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, created: pod.CreationTimestamp.Time})
+			r.mem.podGone(key, gonePod{name: pod.Name, uid: pod.UID, node: pod.Spec.NodeName, created: pod.CreationTimestamp.Time}, r.Clock.Now())
 		}
 	}
 	return opsutil.PodHandler(r.clustersOfPod, seen, gone)
