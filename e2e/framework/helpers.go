@@ -36,7 +36,9 @@ func NewNamespace(t *testing.T) string {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		err := Clientset.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
-		assert.NoError(t, err)
+		if !apierrors.IsNotFound(err) { // a test may have deleted it already (ScaleTeardown)
+			assert.NoError(t, err)
+		}
 	})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := Clientset.CoreV1().ServiceAccounts(ns.Name).Get(t.Context(), "default", metav1.GetOptions{})

@@ -4,7 +4,6 @@ package lease
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -20,133 +19,81 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/statefulops/statefulops/e2e/benchfmt"
 	"github.com/statefulops/statefulops/e2e/framework"
 	"github.com/statefulops/statefulops/e2e/localcluster"
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
 
-const (
-	// leaseScaleSmall and leaseScaleLarge are the two sizes of the scale bench (issue 21): 100 locks,
-	// then 900 more beside them.
-	leaseScaleSmall, leaseScaleLarge = 100, 1000
-	// leaseScaleSingles is how many failovers of one lock, one after another, each size measures.
-	leaseScaleSingles = 20
-	// leaseScaleLabel marks the bench's pods, so one cluster-wide watch sees exactly them.
-	leaseScaleLabel = "statefulops.dev/bench-lease-scale"
-)
+// leaseScaleLabel marks the scale bench's pods, so one cluster-wide watch sees exactly them.
+const leaseScaleLabel = "statefulops.dev/bench-lease-scale"
 
-// TestBenchLeaseScale measures lease-operator with 100 StatefulSetLocks, then with 1,000 (900 more
-// beside the first 100), each lock guarding a 2-pod StatefulSet of kwok pods. At each size: how fast
-// newly created locks settle (all have a writer), the failover latency of one lock while the others are
-// at rest (20 failovers one after another), the same when 10 % of the locks fail over at once, the
-// operator's resident memory per lock, and its API writes at rest. The 1,000 figures are recorded
-// beside the 100 ones of the same run; the target is p99 at 1,000 ≤ 2 × p99 at 100. The writer
-// checker counts instants with two writers in one StatefulSet (must be 0).
+// TestBenchLeaseScale measures lease-operator with framework.ScaleSmall StatefulSetLocks, then with
+// framework.ScaleLarge, each lock guarding a 2-pod StatefulSet of kwok pods (framework.ScaleSize: the
+// settle rate, one failover while the others are at rest, 10 % failing over at once, memory per lock,
+// writes at rest). A failover is the writer's readiness gate set False. The writer checker counts
+// instants with two writers in one StatefulSet (must be 0).
 func TestBenchLeaseScale(t *testing.T) {
 	startLeaseOperator(t)
 	framework.ScaleNodes(t, 6) // 2,000 pods need more than the cluster's own kwok nodes
 	pid, metricsPort := framework.ResProcess(t, "lease-operator")
 	op := &framework.ResOperator{Family: "lease", Name: "lease-operator", PID: pid, MetricsPort: metricsPort}
 	token := framework.ResMetricsToken(t, []*framework.ResOperator{op})
-	rssEmpty := leaseScaleRSS(t, op)
+	rssEmpty := framework.ScaleRSS(t, op)
 	marks := watchLeaseScalePods(t)
 
-	type size struct {
-		settleRate                float64 // locks settled per second after their creation
-		singles, tenth, writesMin []float64
-		rssPerLock                float64
-	}
 	// The locks are created without a client-side rate limit: the settle rate is the operator's.
 	cfg := rest.CopyConfig(framework.RESTConfig)
 	cfg.QPS = -1
 	fast, err := client.New(cfg, client.Options{Scheme: framework.Client.Scheme()})
 	require.NoError(t, err)
-	measure := func(ns string, created, total int, all []leaseScaleLock) size {
-		var s size
-		start := time.Now()
-		require.NoError(t, framework.ResParallel(created, func(i int) error {
-			l := all[len(all)-created+i]
-			return fast.Create(t.Context(), &leasev1.StatefulSetLock{
-				ObjectMeta: metav1.ObjectMeta{Namespace: l.ns, Name: l.sts + "-lock"},
-				Spec: leasev1.StatefulSetLockSpec{StatefulSetName: l.sts, LeaseName: l.sts + "-lease",
-					LeaseDurationSeconds: 60, FailoverDelaySeconds: 0},
-			})
-		}))
-		require.Eventually(t, func() bool { return marks.writers(ns) == created }, 10*time.Minute, 100*time.Millisecond,
-			"the %d new locks elect a writer each", created)
-		s.settleRate = float64(created) / time.Since(start).Seconds()
-		rng := rand.New(rand.NewPCG(uint64(total), 21))
-		for range leaseScaleSingles {
-			l := all[rng.IntN(len(all))]
-			s.singles = append(s.singles, leaseScaleFailovers(t, marks, []leaseScaleLock{l})...)
+	var all []leaseScaleLock
+	var namespaces []string
+	size := func(n int) framework.ScaleSize {
+		ns := framework.NewNamespace(t)
+		namespaces = append(namespaces, ns)
+		readinessKeeper(t, ns)
+		locks := leaseScaleWorkloads(t, ns, n)
+		all = append(all, locks...)
+		return framework.ScaleSize{
+			Op: op, Token: token, RSSEmpty: rssEmpty, Seed: 21, Total: len(all),
+			Create: func() int {
+				require.NoError(t, framework.ResParallel(n, func(i int) error {
+					l := locks[i]
+					return fast.Create(t.Context(), &leasev1.StatefulSetLock{
+						ObjectMeta: metav1.ObjectMeta{Namespace: l.ns, Name: l.sts + "-lock"},
+						Spec: leasev1.StatefulSetLockSpec{StatefulSetName: l.sts, LeaseName: l.sts + "-lease",
+							LeaseDurationSeconds: 60, FailoverDelaySeconds: 0},
+					})
+				}))
+				return n
+			},
+			Settled: func() bool { return marks.writers(ns) == n },
+			Change: func(idx []int) []float64 {
+				locks := make([]leaseScaleLock, len(idx))
+				for i, j := range idx {
+					locks[i] = all[j]
+				}
+				return leaseScaleFailovers(t, marks, locks)
+			},
 		}
-		var tenth []leaseScaleLock
-		for _, i := range rng.Perm(len(all))[:total/10] {
-			tenth = append(tenth, all[i])
-		}
-		s.tenth = leaseScaleFailovers(t, marks, tenth)
-		framework.ResWaitRSSSteady(t, []*framework.ResOperator{op})
-		s.rssPerLock = (leaseScaleRSS(t, op) - rssEmpty) / float64(total)
-		windows, _ := framework.ResMinuteAtRest(t, []*framework.ResOperator{op}, token)
-		s.writesMin = framework.ResNonLeaseWritesPerMinute(windows, op.Name)
-		t.Logf("%d locks: settle %.1f locks/s, one failover p50 %.1f p99 %.1f ms, %d at once p50 %.1f p99 %.1f ms, %.3f MiB per lock, writes at rest %v/min",
-			total, s.settleRate, benchfmt.Percentile(s.singles, 50), benchfmt.Percentile(s.singles, 99), total/10,
-			benchfmt.Percentile(s.tenth, 50), benchfmt.Percentile(s.tenth, 99), s.rssPerLock, s.writesMin)
-		return s
 	}
-
-	nsSmall := framework.NewNamespace(t)
-	readinessKeeper(t, nsSmall)
-	all := leaseScaleWorkloads(t, nsSmall, leaseScaleSmall)
-	small := measure(nsSmall, leaseScaleSmall, leaseScaleSmall, all)
-	nsLarge := framework.NewNamespace(t)
-	readinessKeeper(t, nsLarge)
-	all = append(all, leaseScaleWorkloads(t, nsLarge, leaseScaleLarge-leaseScaleSmall)...)
-	large := measure(nsLarge, leaseScaleLarge-leaseScaleSmall, leaseScaleLarge, all)
+	small := size(framework.ScaleSmall).Measure(t)
+	large := size(framework.ScaleLarge - framework.ScaleSmall).Measure(t)
 	require.Zero(t, marks.doubles(), "instants with two writers in one StatefulSet")
 
-	where, at100 := "kwok", fmt.Sprintf("the same with %d locks, same run", leaseScaleSmall)
-	invariant := fmt.Sprintf(" Invariant: %d instants with two writers in one StatefulSet.", marks.doubles())
-	framework.RecordFigure(t, benchfmt.Figure{
-		Operator: "lease", Name: fmt.Sprintf("failover of one lock while the others are at rest, %d locks", leaseScaleLarge),
-		Unit: "ms", Where: where, Samples: large.singles, Baseline: at100, BaselineSamples: small.singles,
-		Targets: []benchfmt.Target{benchfmt.AtMost("ratio99", 2)},
-		Note: fmt.Sprintf("%d failovers of random locks one after another (the writer's readiness gate set False), each 2-pod "+
-			"StatefulSet's lock with failoverDelaySeconds 0 and leaseDurationSeconds 60; the clock runs from the test's watch event of the "+
-			"writer not Ready to that of its successor's writer label.%s", leaseScaleSingles, invariant),
-	})
-	framework.RecordFigure(t, benchfmt.Figure{
-		Operator: "lease", Name: fmt.Sprintf("%d simultaneous failovers (10 %% of %d locks)", leaseScaleLarge/10, leaseScaleLarge),
-		Unit: "ms", Where: where, Samples: large.tenth,
-		Baseline: fmt.Sprintf("%d simultaneous failovers of %d locks, same run", leaseScaleSmall/10, leaseScaleSmall), BaselineSamples: small.tenth,
-		Targets: []benchfmt.Target{benchfmt.AtMost("ratio99", 2)},
-		Note: "The writers of 10 % of the locks, drawn at random, made not Ready at once (concurrent status patches); one sample per " +
-			"lock, clocked as above. The operator runs 4 workers (MaxConcurrentReconciles)." + invariant,
-	})
-	framework.RecordFigure(t, benchfmt.Figure{
-		Operator: "lease", Name: fmt.Sprintf("locks settled per second after their creation, %d created beside %d settled", leaseScaleLarge-leaseScaleSmall, leaseScaleSmall),
-		Unit: "locks/s", Where: where, Samples: []float64{large.settleRate},
-		Baseline: fmt.Sprintf("%d locks created on their own, same run", leaseScaleSmall), BaselineSamples: []float64{small.settleRate},
-		Note: "The locks created by 16 concurrent clients once their StatefulSets' pods were Ready; the clock stops when the test's " +
-			"pod watch shows a writer label in each of their StatefulSets. One sample per size; higher is better.",
-	})
-	framework.RecordFigure(t, benchfmt.Figure{
-		Operator: "lease", Name: fmt.Sprintf("resident memory per lock, %d locks", leaseScaleLarge),
-		Unit: "KiB", Where: where, Samples: []float64{large.rssPerLock * 1024},
-		Baseline: fmt.Sprintf("the same at %d locks, same run", leaseScaleSmall), BaselineSamples: []float64{small.rssPerLock * 1024},
-		Note: fmt.Sprintf("(VmRSS once steady − VmRSS before any lock) / locks; each lock comes with its StatefulSet, 2 pods and a Lease, all "+
-			"in the operator's caches. Before any lock: %.1f MiB. Memory is linear where the ratio is near 1 or below (the fixed part of "+
-			"the caches spreads over more locks).", rssEmpty),
-	})
-	framework.RecordFigure(t, benchfmt.Figure{
-		Operator: "lease", Name: fmt.Sprintf("API writes at rest, %d locks settled (Lease renewals aside)", leaseScaleLarge),
-		Unit: "writes/min", Where: where, Samples: large.writesMin,
-		Baseline: fmt.Sprintf("the same at %d locks, same run", leaseScaleSmall), BaselineSamples: small.writesMin,
-		Targets: []benchfmt.Target{benchfmt.AtMost("max", 0)},
-		Note: "Counted as in the writes-at-rest rows of the 100-CR resource run (the operator's client-side write requests minus its " +
-			"Lease writes, seen on a Lease watch: leader election and the Leases of its locks).",
-	})
+	framework.RecordScaleFigures(t, framework.ScaleFigures{
+		Operator: "lease", Noun: "lock", Plural: "locks", Change: "failover of one lock", Changes: "simultaneous failovers",
+		ChangeNote: "The writer's readiness gate set False; each 2-pod StatefulSet's lock has failoverDelaySeconds 0 and " +
+			"leaseDurationSeconds 60; the clock runs from the test's watch event of the writer not Ready to that of its successor's " +
+			"writer label.",
+		TenthNote: "The writers made not Ready by concurrent status patches. The operator runs 4 workers (MaxConcurrentReconciles).",
+		SettleNote: "The locks created by 16 concurrent clients once their StatefulSets' pods were Ready; the clock stops when the " +
+			"test's pod watch shows a writer label in each of their StatefulSets.",
+		MemoryNote: fmt.Sprintf("Each lock comes with its StatefulSet, 2 pods and a Lease, all in the operator's caches. Before any "+
+			"lock: %.1f MiB.", rssEmpty),
+		Invariant: fmt.Sprintf("Invariant: %d instants with two writers in one StatefulSet.", marks.doubles()),
+	}, small, large)
+	framework.ScaleTeardown(t, namespaces...)
 }
 
 // leaseScaleLock is one StatefulSet of the bench, guarded by the lock named after it.
@@ -213,14 +160,6 @@ func leaseScaleFailovers(t *testing.T, marks *leaseScalePods, locks []leaseScale
 		return patchGate(t.Context(), locks[i].ns, olds[i], true)
 	}))
 	return out
-}
-
-// leaseScaleRSS is the operator's resident memory in MiB.
-func leaseScaleRSS(t *testing.T, op *framework.ResOperator) float64 {
-	t.Helper()
-	samples := <-framework.ResSampleRSSDuring(t, []*framework.ResOperator{op}, time.Second, 100*time.Millisecond)
-	require.NotEmpty(t, samples[op.Name])
-	return benchfmt.Percentile(samples[op.Name], 50)
 }
 
 // leaseScalePods follows the bench's pods cluster-wide: per StatefulSet its writer, when each pod was
