@@ -30,6 +30,7 @@ const clusterScaleLabel = "statefulops.dev/bench-cluster-scale"
 // StatefulCluster, writes at rest). The identity checker counts names used twice and instants with
 // more live pods than replicas in one StatefulCluster (must be 0).
 func TestBenchClusterScale(t *testing.T) {
+	framework.ScaleWaitNoTerminating(t)
 	startClusterOperator(t)
 	framework.ScaleNodes(t, 4) // 1,000 pods and their replacements need more than the cluster's own kwok nodes
 	pid, metricsPort := framework.ResProcess(t, "cluster-operator")

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -104,6 +106,26 @@ func ScaleWaitQueueEmpty(t *testing.T, op *ResOperator, token string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s: work queues still hold ready items after 5 minutes", op.Name)
+}
+
+// ScaleWaitNoTerminating waits (at most 15 minutes) until no namespace is being deleted: the pods of an
+// earlier test's namespaces go through the same kwok controller and workload controllers as the
+// bench's, and while hundreds of them drain they delay the bench's pods by seconds. Call it first.
+func ScaleWaitNoTerminating(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list, err := Clientset.CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{})
+		require.NoError(c, err)
+		var terminating []string
+		for _, ns := range list.Items {
+			if ns.Status.Phase == corev1.NamespaceTerminating {
+				terminating = append(terminating, ns.Name)
+			}
+		}
+		assert.Empty(c, terminating, "namespaces being deleted")
+	}, 15*time.Minute, time.Second, "no namespace is being deleted")
+	t.Logf("no namespace being deleted after %s", time.Since(start).Round(time.Second))
 }
 
 // ScaleTeardown deletes the bench's namespaces and waits (at most 10 minutes) until they are gone, while

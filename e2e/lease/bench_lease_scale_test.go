@@ -33,6 +33,7 @@ const leaseScaleLabel = "statefulops.dev/bench-lease-scale"
 // writes at rest). A failover is the writer's readiness gate set False. The writer checker counts
 // instants with two writers in one StatefulSet (must be 0).
 func TestBenchLeaseScale(t *testing.T) {
+	framework.ScaleWaitNoTerminating(t)
 	startLeaseOperator(t)
 	framework.ScaleNodes(t, 6) // 2,000 pods need more than the cluster's own kwok nodes
 	pid, metricsPort := framework.ResProcess(t, "lease-operator")
