@@ -13,8 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/framework"
 	"github.com/statefulops/statefulops/e2e/localcluster"
@@ -33,17 +31,12 @@ func TestBenchClusterScale(t *testing.T) {
 	framework.ScaleWaitNoTerminating(t)
 	startClusterOperator(t)
 	framework.ScaleNodes(t, 4) // 1,000 pods and their replacements need more than the cluster's own kwok nodes
-	pid, metricsPort := framework.ResProcess(t, "cluster-operator")
-	op := &framework.ResOperator{Family: "cluster", Name: "cluster-operator", PID: pid, MetricsPort: metricsPort}
-	token := framework.ResMetricsToken(t, []*framework.ResOperator{op})
+	op, token := framework.ScaleOperator(t, "cluster", "cluster-operator")
 	rssEmpty := framework.ScaleRSS(t, op)
 	marks := watchClusterScalePods(t)
 
 	// Created without a client-side rate limit: the settle rate is the operator's.
-	cfg := rest.CopyConfig(framework.RESTConfig)
-	cfg.QPS = -1
-	fast, err := client.New(cfg, client.Options{Scheme: framework.Client.Scheme()})
-	require.NoError(t, err)
+	fast := framework.ScaleClient(t)
 	var all []clusterScaleObject
 	var namespaces []string
 	size := func(n int) framework.ScaleSize {

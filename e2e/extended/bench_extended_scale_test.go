@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,18 +43,13 @@ func TestBenchExtendedScale(t *testing.T) {
 	startExtendedOperator(t)
 	require.True(t, extendedBenchHasQuietField(t), "the ExtendedStatefulSet CRD has spec.updateStrategy.configChangeQuietPeriod")
 	framework.ScaleNodes(t, 4) // 1,000 pods and their replacements need more than the cluster's own kwok nodes
-	pid, metricsPort := framework.ResProcess(t, "extended-operator")
-	op := &framework.ResOperator{Family: "extended", Name: "extended-operator", PID: pid, MetricsPort: metricsPort}
-	token := framework.ResMetricsToken(t, []*framework.ResOperator{op})
+	op, token := framework.ScaleOperator(t, "extended", "extended-operator")
 	rssEmpty := framework.ScaleRSS(t, op)
 	marks := watchExtendedScale(t)
 
 	// Created and changed without a client-side rate limit: the settle rate and latencies are the operator's.
 	fast := framework.ResFastClient(t)
-	cfg := rest.CopyConfig(framework.RESTConfig)
-	cfg.QPS = -1
-	fastCR, err := client.New(cfg, client.Options{Scheme: framework.Client.Scheme()})
-	require.NoError(t, err)
+	fastCR := framework.ScaleClient(t)
 	var all []extendedScaleObject
 	var namespaces []string
 	size := func(n int) framework.ScaleSize {

@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/benchfmt"
 )
@@ -150,6 +152,26 @@ func ScaleTeardown(t *testing.T, namespaces ...string) {
 		return true
 	}, 10*time.Minute, time.Second, "the bench's namespaces are gone")
 	t.Logf("the bench's %d namespaces deleted in %s", len(namespaces), time.Since(start).Round(time.Second))
+}
+
+// ScaleOperator returns the local operator process that StartLocalOperator started under name, and a
+// token its secure metrics endpoint accepts.
+func ScaleOperator(t *testing.T, family, name string) (*ResOperator, string) {
+	t.Helper()
+	pid, metricsPort := ResProcess(t, name)
+	op := &ResOperator{Family: family, Name: name, PID: pid, MetricsPort: metricsPort}
+	return op, ResMetricsToken(t, []*ResOperator{op})
+}
+
+// ScaleClient is a controller-runtime client without a client-side rate limit, so that a bench's
+// creations and changes go as fast as the API server takes them: the figures are the operator's.
+func ScaleClient(t *testing.T) client.WithWatch {
+	t.Helper()
+	cfg := rest.CopyConfig(RESTConfig)
+	cfg.QPS = -1
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: Client.Scheme()})
+	require.NoError(t, err)
+	return c
 }
 
 // ScaleRSS is the operator's resident memory in MiB (the median of a second's samples).

@@ -15,9 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/statefulops/statefulops/e2e/framework"
 	"github.com/statefulops/statefulops/e2e/localcluster"
@@ -36,17 +34,12 @@ func TestBenchLeaseScale(t *testing.T) {
 	framework.ScaleWaitNoTerminating(t)
 	startLeaseOperator(t)
 	framework.ScaleNodes(t, 6) // 2,000 pods need more than the cluster's own kwok nodes
-	pid, metricsPort := framework.ResProcess(t, "lease-operator")
-	op := &framework.ResOperator{Family: "lease", Name: "lease-operator", PID: pid, MetricsPort: metricsPort}
-	token := framework.ResMetricsToken(t, []*framework.ResOperator{op})
+	op, token := framework.ScaleOperator(t, "lease", "lease-operator")
 	rssEmpty := framework.ScaleRSS(t, op)
 	marks := watchLeaseScalePods(t)
 
 	// The locks are created without a client-side rate limit: the settle rate is the operator's.
-	cfg := rest.CopyConfig(framework.RESTConfig)
-	cfg.QPS = -1
-	fast, err := client.New(cfg, client.Options{Scheme: framework.Client.Scheme()})
-	require.NoError(t, err)
+	fast := framework.ScaleClient(t)
 	var all []leaseScaleLock
 	var namespaces []string
 	size := func(n int) framework.ScaleSize {

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
@@ -54,9 +53,7 @@ func TestBenchRolloutScale(t *testing.T) {
 	framework.ScaleWaitNoTerminating(t)
 	startRolloutOperator(t)
 	framework.ScaleNodes(t, 6) // 2,000 pods need more than the cluster's own kwok nodes
-	pid, metricsPort := framework.ResProcess(t, "rollout-operator")
-	op := &framework.ResOperator{Family: "rollout", Name: "rollout-operator", PID: pid, MetricsPort: metricsPort}
-	token := framework.ResMetricsToken(t, []*framework.ResOperator{op})
+	op, token := framework.ScaleOperator(t, "rollout", "rollout-operator")
 
 	// The gate of every step: a real Prometheus scraping an exporter of app_errors{namespace,pod} (0
 	// for every pod of the bench), queried for the pod the step rolled; no sample passes (NoData).
@@ -65,10 +62,7 @@ func TestBenchRolloutScale(t *testing.T) {
 
 	// Created and changed without a client-side rate limit: the settle rate and latencies are the
 	// operator's.
-	cfg := rest.CopyConfig(framework.RESTConfig)
-	cfg.QPS = -1
-	fast, err := client.NewWithWatch(cfg, client.Options{Scheme: framework.Client.Scheme()})
-	require.NoError(t, err)
+	fast := framework.ScaleClient(t)
 	clientset := framework.ResFastClient(t)
 	pods := watchRolloutScalePods(t)
 	prs := watchRolloutScalePRs(t, fast)

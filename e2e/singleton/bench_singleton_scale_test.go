@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,17 +45,12 @@ func TestBenchSingletonScale(t *testing.T) {
 	startBenchLocalWebhook(t)
 	framework.StartLocalOperator(t, "singleton-operator")
 	framework.ScaleNodes(t, 4) // 1,000 pods and their replacements need more than the cluster's own kwok nodes
-	pid, metricsPort := framework.ResProcess(t, "singleton-operator")
-	op := &framework.ResOperator{Family: "singleton", Name: "singleton-operator", PID: pid, MetricsPort: metricsPort}
-	token := framework.ResMetricsToken(t, []*framework.ResOperator{op})
+	op, token := framework.ScaleOperator(t, "singleton", "singleton-operator")
 	rssEmpty := framework.ScaleRSS(t, op)
 	marks := watchSingletonScalePods(t)
 
 	// Created without a client-side rate limit: the settle rate is the cluster's and the operator's.
-	cfg := rest.CopyConfig(framework.RESTConfig)
-	cfg.QPS = -1
-	fast, err := client.New(cfg, client.Options{Scheme: framework.Client.Scheme()})
-	require.NoError(t, err)
+	fast := framework.ScaleClient(t)
 	clientset := framework.ResFastClient(t)
 	var all []singletonScaleObject
 	var splits singletonScaleSplits
