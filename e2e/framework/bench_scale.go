@@ -95,11 +95,7 @@ func ScaleWaitQueueEmpty(t *testing.T, op *ResOperator, token string) {
 	for time.Since(start) < 5*time.Minute {
 		text, err := ResScrapeOperator(t.Context(), op, token)
 		require.NoError(t, err)
-		depth := 0.0
-		for _, sample := range resParseCounter(text, "workqueue_depth") {
-			depth += sample.value
-		}
-		if depth > 0 {
+		if ResMetricSum(text, "workqueue_depth", nil) > 0 {
 			empty = 0
 		} else if empty++; empty == 5 {
 			t.Logf("%s: work queues empty after %s", op.Name, time.Since(start).Round(100*time.Millisecond))
@@ -172,6 +168,22 @@ func ScaleClient(t *testing.T) client.WithWatch {
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: Client.Scheme()})
 	require.NoError(t, err)
 	return c
+}
+
+// ResMetricSum sums the samples of one metric of a Prometheus text exposition (ResScrapeOperator's)
+// whose labels include every pair of want (nil: all samples).
+func ResMetricSum(text, name string, want map[string]string) float64 {
+	sum := 0.0
+	for _, sample := range resParseCounter(text, name) {
+		matches := true
+		for k, v := range want {
+			matches = matches && sample.labels[k] == v
+		}
+		if matches {
+			sum += sample.value
+		}
+	}
+	return sum
 }
 
 // ScaleRSS is the operator's resident memory in MiB (the median of a second's samples).

@@ -5,7 +5,6 @@ package rollout
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -519,35 +518,14 @@ func rolloutScaleScrape(ctx context.Context, op *framework.ResOperator, token st
 	if err != nil {
 		return rolloutScaleWork{err: err}
 	}
-	var w rolloutScaleWork
-	for _, line := range strings.Split(text, "\n") {
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok || len(strings.Fields(value)) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
-		if err != nil {
-			continue
-		}
-		mine := strings.Contains(labels, `controller="phasedrollout"`)
-		switch {
-		case name == "controller_runtime_reconcile_total" && mine:
-			w.reconciles += v
-		case name == "controller_runtime_reconcile_time_seconds_sum" && mine:
-			w.busy += v
-		case name == "workqueue_queue_duration_seconds_sum" && mine:
-			w.queued += v
-		case name == "workqueue_queue_duration_seconds_count" && mine:
-			w.queuedN += v
-		case name == "rest_client_requests_total":
-			w.requests += v
-		}
+	mine := map[string]string{"controller": "phasedrollout"}
+	return rolloutScaleWork{
+		reconciles: framework.ResMetricSum(text, "controller_runtime_reconcile_total", mine),
+		busy:       framework.ResMetricSum(text, "controller_runtime_reconcile_time_seconds_sum", mine),
+		queued:     framework.ResMetricSum(text, "workqueue_queue_duration_seconds_sum", mine),
+		queuedN:    framework.ResMetricSum(text, "workqueue_queue_duration_seconds_count", mine),
+		requests:   framework.ResMetricSum(text, "rest_client_requests_total", nil),
 	}
-	return w
 }
 
 // logRolloutScaleWork logs where the operator's time went during n simultaneous rollouts.
