@@ -40,7 +40,7 @@ func RunSuite(m *testing.M, s *Suite, crdDir string, addToScheme ...func(*runtim
 // RunSuiteWith is RunSuite with before, when not nil, run once s is filled and before the tests
 // (e.g. to create the nodes every test relies on); its error ends the run.
 func RunSuiteWith(m *testing.M, s *Suite, crdDir string, before func() error, addToScheme ...func(*runtime.Scheme) error) int {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(io.Discard)))
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(testLogOut())))
 	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir}, ErrorIfCRDPathMissing: true}
 	cfg, err := env.Start()
 	if err != nil {
@@ -105,4 +105,13 @@ func (s *Suite) StartManagerAs(t *testing.T, cfg *rest.Config, setup func(ctx co
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(stop)
 	return stop
+}
+
+// testLogOut is where the operators' logs go in envtest suites: nowhere, unless TEST_LOG is set (to see
+// why a controller did not act, e.g. TEST_LOG=1 go test -tags integration -run TestX -v).
+func testLogOut() io.Writer {
+	if os.Getenv("TEST_LOG") != "" {
+		return os.Stderr
+	}
+	return io.Discard
 }

@@ -31,7 +31,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (reconcile.R
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if held := len(s.pods.held); held == 0 || held == 1 && s.released { // the last held pod was just released
+	// A pod released on another pod's exit still awaits its release: the finalizer stays until it has it.
+	if held := len(s.pods.held) + len(s.pods.conditional); held == 0 || held == 1 && s.released { // the last one was just released
 		s.skipStatus = true
 		return reconcile.Result{}, r.finish(ctx, s.ss)
 	}

@@ -29,6 +29,9 @@ type classifiedPods struct {
 	active    []*corev1.Pod // released pods that are not terminal
 	ungated   []*corev1.Pod // ungated pods that are not terminal
 	candidate *corev1.Pod
+	// conditional are the pods released on another pod's exit (stateConditional, AnnotationStartOnExit),
+	// also in blocking: the grant server may already have started their app.
+	conditional []*corev1.Pod
 	// exitsAccepted are terminating pods counted as stopped on an exit report this process's grant
 	// server accepted but whose annotation the list did not show yet (ExitReports): nothing may be
 	// released until it is written.
@@ -70,6 +73,9 @@ func (r *Reconciler) listPods(ctx context.Context, ss *singletonv1.StatefulSingl
 		case stateUngated:
 			pods.blocking = append(pods.blocking, pod)
 			pods.ungated = append(pods.ungated, pod)
+		case stateConditional:
+			pods.blocking = append(pods.blocking, pod)
+			pods.conditional = append(pods.conditional, pod)
 		}
 	}
 	if len(pods.held) > 0 {
@@ -77,6 +83,16 @@ func (r *Reconciler) listPods(ctx context.Context, ss *singletonv1.StatefulSingl
 		pods.candidate = pods.held[0]
 	}
 	return pods, nil
+}
+
+// blockingPod is the pod with this UID if it blocks (it may run), or nil.
+func (p *classifiedPods) blockingPod(uid types.UID) *corev1.Pod {
+	for _, pod := range p.blocking {
+		if pod.UID == uid {
+			return pod
+		}
+	}
+	return nil
 }
 
 // sortCandidates orders held pods the candidate first: the newest revision (rank), then the newest pod,

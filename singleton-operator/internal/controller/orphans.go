@@ -44,7 +44,7 @@ func setupOrphans(mgr ctrl.Manager, r *Reconciler) error {
 	o := &orphans{Reconciler: r, reported: map[types.UID]bool{}}
 	isHeld := predicate.NewPredicateFuncs(func(obj client.Object) bool {
 		pod, ok := obj.(*corev1.Pod)
-		return ok && classify(pod) == stateHeld
+		return ok && awaitsRelease(pod)
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("orphanedpods").
@@ -67,7 +67,7 @@ func (o *orphans) heldPodsOfNamespace(ctx context.Context, obj client.Object) []
 	}
 	var reqs []reconcile.Request
 	for i := range list.Items {
-		if classify(&list.Items[i]) == stateHeld {
+		if awaitsRelease(&list.Items[i]) {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 		}
 	}
@@ -81,7 +81,7 @@ func (o *orphans) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	if err := o.Cache.Get(ctx, req.NamespacedName, pod); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if classify(pod) != stateHeld {
+	if !awaitsRelease(pod) {
 		o.forgetOrphan(pod.UID)
 		return reconcile.Result{}, nil
 	}

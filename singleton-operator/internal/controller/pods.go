@@ -3,7 +3,6 @@ package controller
 import (
 	"slices"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -25,6 +24,10 @@ const (
 	// stateUngated: matches the selector but carries no hold and was never released (admitted around
 	// the webhook, or its hold was removed by someone else); it may run.
 	stateUngated
+	// stateConditional: released on the exit of another pod (AnnotationStartOnExit) and not yet
+	// released outright; the grant server starts its app as soon as it accepts that pod's exit report,
+	// so it may run.
+	stateConditional
 )
 
 // classify tells what a pod of a singleton is. A pod being deleted is not terminal: until the kubelet
@@ -39,6 +42,9 @@ func classify(pod *corev1.Pod) podState {
 	}
 	if _, ok := pod.Annotations[singletonv1.AnnotationStartGranted]; ok {
 		return stateReleased // a grant is never taken back
+	}
+	if _, ok := pod.Annotations[singletonv1.AnnotationStartOnExit]; ok {
+		return stateConditional // also when the value does not parse: it may have been granted
 	}
 	if pod.Labels[singletonv1.LabelManaged] != "true" {
 		return stateUngated
@@ -70,24 +76,16 @@ func terminal(pod *corev1.Pod) bool {
 }
 
 // exitReported reports whether the pod is being deleted and the operator recorded its status-sidecar's
-// report that the process of every app container exited (AnnotationExited names every container but the
-// status-sidecar; the grant server writes it only on a pod with a deletionTimestamp). Such a pod cannot
+// report that the process of every app container exited (singletonv1.ExitRecorded). Such a pod cannot
 // run its app again: the sidecar reports only after it fenced the pod, and a wrapper finding the fence
-// starts no app — also one the kubelet restarts while the pod terminates, which it does. The
-// deletionTimestamp is checked here too, so an annotation on a pod that is not being deleted never
-// counts.
-func exitReported(pod *corev1.Pod) bool {
-	value, ok := pod.Annotations[singletonv1.AnnotationExited]
-	if !ok || pod.DeletionTimestamp.IsZero() {
-		return false
-	}
-	exited := strings.Split(value, ",")
-	for _, c := range pod.Spec.Containers {
-		if c.Name != singletonv1.SidecarContainerName && !slices.Contains(exited, c.Name) {
-			return false
-		}
-	}
-	return true
+// starts no app — also one the kubelet restarts while the pod terminates, which it does.
+func exitReported(pod *corev1.Pod) bool { return singletonv1.ExitRecorded(pod) }
+
+// awaitsRelease reports whether the pod is held, or released only on another pod's exit: either way the
+// operator has a release of it to write.
+func awaitsRelease(pod *corev1.Pod) bool {
+	state := classify(pod)
+	return state == stateHeld || state == stateConditional
 }
 
 func hasSchedulingGate(pod *corev1.Pod) bool {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,7 +102,7 @@ func (r *Reconciler) ensureFinalizer(ctx context.Context, s *scope) (bool, error
 // show no held pod: at rest it has none, so an uninstall that deletes the operator and the CRD together
 // completes. A held pod created meanwhile gets it back before any action (ensureFinalizer).
 func (r *Reconciler) dropFinalizer(ctx context.Context, s *scope) error {
-	if s.deleting || s.pods != nil && len(s.pods.held) > 0 {
+	if s.deleting || s.pods != nil && len(s.pods.held)+len(s.pods.conditional) > 0 {
 		return nil
 	}
 	_, err := opsutil.RemoveFinalizer(ctx, r.Client, s.ss, singletonv1.Finalizer)
@@ -168,6 +169,14 @@ func (r *Reconciler) reconcilePods(ctx context.Context, s *scope) (reconcile.Res
 	if err := r.reconcileActive(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
+	if len(s.pods.conditional) > 0 {
+		// A release on a predecessor's exit is completed before anything else: until then its pod may run
+		// and blocks every other (a held candidate waits its turn).
+		if ok, err := r.ensureFinalizer(ctx, s); !ok || err != nil {
+			return reconcile.Result{}, err
+		}
+		return r.settleStartOnExit(ctx, s)
+	}
 	if s.pods.candidate == nil {
 		reportSteady(s)
 		return reconcile.Result{}, r.dropFinalizer(ctx, s)
@@ -211,11 +220,23 @@ func (r *Reconciler) reconcileActive(ctx context.Context, s *scope) error {
 			return err
 		}
 	}
-	if len(pods.active) == 1 {
-		s.status.ActivePod, s.status.ActivePodUID = pods.active[0].Name, string(pods.active[0].UID)
-		if pods.active[0].Spec.NodeName != "" {
-			s.status.ActivePodNode = pods.active[0].Spec.NodeName
+	// While a pod awaits the completion of its release on exit, it is the active pod (releaseOnExit).
+	if len(pods.active) != 1 || len(pods.conditional) > 0 {
+		return nil
+	}
+	// A recorded active pod that vanished from a node that never confirmed its stop stays recorded until
+	// the node is fenced (waitForFencing reads it), also when another pod is active meanwhile: e.g. a pod
+	// released on its predecessor's exit, force-deleted from a partitioned node while the predecessor
+	// was still terminating.
+	if uid := s.status.ActivePodUID; uid != "" && uid != string(pods.active[0].UID) &&
+		!slices.ContainsFunc(pods.all, func(p *corev1.Pod) bool { return string(p.UID) == uid }) {
+		if fenced, err := r.nodeFencedByName(ctx, s.status.ActivePodNode); err != nil || !fenced {
+			return err
 		}
+	}
+	s.status.ActivePod, s.status.ActivePodUID = pods.active[0].Name, string(pods.active[0].UID)
+	if pods.active[0].Spec.NodeName != "" {
+		s.status.ActivePodNode = pods.active[0].Spec.NodeName
 	}
 	return nil
 }

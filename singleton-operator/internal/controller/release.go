@@ -30,6 +30,11 @@ func (r *Reconciler) transition(ctx context.Context, s *scope) (reconcile.Result
 		if err := r.handover(ctx, s); err != nil {
 			return reconcile.Result{}, err
 		}
+		if pred := startOnExitOf(s.pods); pred != nil {
+			if err := r.releaseOnExit(ctx, s, pred); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		return r.checkDeadline(s, now), nil
 	}
 	fenced, err := r.waitForFencing(ctx, s)
@@ -117,29 +122,45 @@ func terminationProgress(blocking []*corev1.Pod) *singletonv1.HandoverStatus {
 // waitForFencing reports whether the candidate waits for fencing: the last active pod vanished from a
 // node that never confirmed the stop (not Ready, and not tainted out-of-service).
 func (r *Reconciler) waitForFencing(ctx context.Context, s *scope) (bool, error) {
-	ss, status, pods := s.ss, s.status, s.pods
+	status, pods := s.status, s.pods
 	if status.ActivePodUID == "" || status.ActivePodNode == "" || slices.ContainsFunc(pods.all, func(p *corev1.Pod) bool { return string(p.UID) == status.ActivePodUID }) {
 		return false, nil
 	}
-	node := &corev1.Node{}
-	err := r.Cache.Get(ctx, client.ObjectKey{Name: status.ActivePodNode}, node)
-	if apierrors.IsNotFound(err) {
-		node = nil
-	} else if err != nil {
+	if fenced, err := r.nodeFencedByName(ctx, status.ActivePodNode); fenced || err != nil {
 		return false, err
 	}
-	if nodeFenced(node) {
-		return false, nil
-	}
+	r.reportFencing(s, status.ActivePod, status.ActivePodNode, pods.candidate)
+	return true, nil
+}
+
+// reportFencing reports that pod held waits because pod vanished from node, which never confirmed its
+// stop.
+func (r *Reconciler) reportFencing(s *scope, vanished, node string, held *corev1.Pod) {
+	ss, status := s.ss, s.status
 	msg := fmt.Sprintf("pod %s vanished from node %s, which is not Ready: its stop was never confirmed; pod %s is held until the node is Ready again or tainted %s",
-		status.ActivePod, status.ActivePodNode, pods.candidate.Name, corev1.TaintNodeOutOfService)
+		vanished, node, held.Name, corev1.TaintNodeOutOfService)
 	if !meta.IsStatusConditionTrue(status.Conditions, singletonv1.ConditionFencingRequired) {
-		r.Recorder.Eventf(ss, pods.candidate, corev1.EventTypeWarning, singletonv1.ConditionFencingRequired, "Hold", msg)
+		r.Recorder.Eventf(ss, held, corev1.EventTypeWarning, singletonv1.ConditionFencingRequired, "Hold", msg)
 	}
 	setCondition(status, ss, singletonv1.ConditionFencingRequired, metav1.ConditionTrue, singletonv1.ReasonNodeNotReady, msg)
 	setCondition(status, ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonNodeNotReady, msg)
 	status.Message = msg
-	return true, nil
+}
+
+// nodeFencedByName is nodeFenced for the node of that name (an unknown name, or a node that is gone,
+// counts as fenced as in nodeFenced).
+func (r *Reconciler) nodeFencedByName(ctx context.Context, name string) (bool, error) {
+	if name == "" {
+		return true, nil
+	}
+	node := &corev1.Node{}
+	err := r.Cache.Get(ctx, client.ObjectKey{Name: name}, node)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	} else if err != nil {
+		return false, err
+	}
+	return nodeFenced(node), nil
 }
 
 // releaseCandidate releases the candidate once the API server confirms that nothing else may run

@@ -200,7 +200,8 @@ func nodeFencingChanged() predicate.Predicate {
 	}}
 }
 
-// singletonsOfNode enqueues the singletons whose last active pod ran on the node (fencing).
+// singletonsOfNode enqueues the singletons whose last active pod ran on the node, and those of the pods
+// released on the exit of a pod that ran there (fencing).
 func (r *Reconciler) singletonsOfNode(ctx context.Context, obj client.Object) []reconcile.Request {
 	var list singletonv1.StatefulSingletonList
 	if err := r.Cache.List(ctx, &list); err != nil {
@@ -210,6 +211,15 @@ func (r *Reconciler) singletonsOfNode(ctx context.Context, obj client.Object) []
 	for i := range list.Items {
 		if list.Items[i].Status.ActivePodNode == obj.GetName() {
 			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	var pods corev1.PodList // managed pods only: every pod released on exit is one
+	if err := r.Cache.List(ctx, &pods); err != nil {
+		return reqs
+	}
+	for i := range pods.Items {
+		if cond, ok := singletonv1.PodStartOnExit(&pods.Items[i]); ok && cond.Node == obj.GetName() {
+			reqs = append(reqs, r.singletonsOfPod(ctx, &pods.Items[i])...)
 		}
 	}
 	return reqs

@@ -158,7 +158,7 @@ func (s *Successors) successorOf(ctx context.Context, ss *singletonv1.StatefulSi
 	var found *corev1.Pod
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.UID == pod.UID || !p.DeletionTimestamp.IsZero() || classify(p) != stateHeld {
+		if p.UID == pod.UID || !p.DeletionTimestamp.IsZero() || !awaitsRelease(p) {
 			continue
 		}
 		if found == nil || startPrepared(p) {

@@ -12,19 +12,25 @@ import (
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
 
-// AnnotationGrants implements Grants from the pod annotation AnnotationStartGranted: a pod is granted
-// once the annotation is present. It follows the pods through an informer (the operator's cache), so
+// AnnotationGrants implements Grants from the pod annotations: a pod is granted once it carries
+// AnnotationStartGranted, or once it carries AnnotationStartOnExit and the exit of the pod it names was
+// accepted by this process's exit handler (PredecessorExited) or is recorded on that pod
+// (singletonv1.ExitRecorded). It follows the pods through an informer (the operator's cache), so
 // answering costs no API call.
 type AnnotationGrants struct {
 	mu      sync.Mutex
 	granted map[types.UID]bool
 	waiters map[types.UID]chan struct{}
+	// onExitOf maps a pod released on its predecessor's exit, not granted yet, to that predecessor.
+	onExitOf map[types.UID]types.UID
+	// exited are the pods whose exit report was accepted or recorded (until they leave the cache).
+	exited map[types.UID]bool
 }
 
 // NewAnnotationGrants follows the pods of informer (e.g. mgr.GetCache().GetInformer(ctx, &corev1.Pod{});
 // the operator's cache holds only managed pods, and every Wrapper pod is one).
 func NewAnnotationGrants(ctx context.Context, informer cache.Informer) (*AnnotationGrants, error) {
-	g := &AnnotationGrants{granted: map[types.UID]bool{}, waiters: map[types.UID]chan struct{}{}}
+	g := newAnnotationGrants()
 	_, err := informer.AddEventHandlerWithOptions(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { g.observe(obj) },
 		UpdateFunc: func(_, obj any) { g.observe(obj) },
@@ -35,6 +41,11 @@ func NewAnnotationGrants(ctx context.Context, informer cache.Informer) (*Annotat
 		},
 	}, toolscache.HandlerOptions{})
 	return g, err
+}
+
+func newAnnotationGrants() *AnnotationGrants {
+	return &AnnotationGrants{granted: map[types.UID]bool{}, waiters: map[types.UID]chan struct{}{},
+		onExitOf: map[types.UID]types.UID{}, exited: map[types.UID]bool{}}
 }
 
 // Granted implements Grants.
@@ -57,16 +68,53 @@ func (g *AnnotationGrants) observe(obj any) {
 	if !ok {
 		return
 	}
-	if _, ok := pod.Annotations[singletonv1.AnnotationStartGranted]; !ok {
-		return // a grant is never taken back: the app of a granted pod may already run
+	if singletonv1.ExitRecorded(pod) {
+		g.PredecessorExited(pod.UID)
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.granted[pod.UID] {
+	if _, ok := pod.Annotations[singletonv1.AnnotationStartGranted]; ok {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		g.grant(pod.UID)
 		return
 	}
-	g.granted[pod.UID] = true
-	if ch, ok := g.waiters[pod.UID]; ok {
+	// A grant is never taken back (the app of a granted pod may already run): a pod that lost its
+	// annotations keeps it.
+	if cond, ok := singletonv1.PodStartOnExit(pod); ok {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.exited[cond.PodUID] {
+			g.grant(pod.UID)
+		} else if !g.granted[pod.UID] {
+			g.onExitOf[pod.UID] = cond.PodUID
+		}
+	}
+}
+
+// PredecessorExited records that every app process of the pod with this UID has exited, as its
+// status-sidecar reported while the pod was being deleted (the exit handler accepted the report, or
+// the pod carries its record): the pods released on its exit are granted now.
+func (g *AnnotationGrants) PredecessorExited(uid types.UID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.exited[uid] {
+		return
+	}
+	g.exited[uid] = true
+	for pod, pred := range g.onExitOf {
+		if pred == uid {
+			g.grant(pod)
+		}
+	}
+}
+
+// grant grants the pod with this UID and answers its waiting long poll; g.mu is held.
+func (g *AnnotationGrants) grant(uid types.UID) {
+	delete(g.onExitOf, uid)
+	if g.granted[uid] {
+		return
+	}
+	g.granted[uid] = true
+	if ch, ok := g.waiters[uid]; ok {
 		close(ch)
 	}
 }
@@ -78,6 +126,8 @@ func (g *AnnotationGrants) forget(uid types.UID) {
 	defer g.mu.Unlock()
 	delete(g.granted, uid)
 	delete(g.waiters, uid)
+	delete(g.onExitOf, uid)
+	delete(g.exited, uid)
 }
 
 // deletedPod is the pod of an informer's delete event, also when the informer missed the deletion and

@@ -49,6 +49,9 @@ type ExitHandler struct {
 	// Exits, when set, tells this process's controller of each report as its annotation's write
 	// begins (Exits).
 	Exits *Exits
+	// PredecessorExited, when set, is told of each accepted report before its annotation is written:
+	// the grant server starts the pods released on that pod's exit (AnnotationGrants).
+	PredecessorExited func(types.UID)
 }
 
 func (h *ExitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -79,6 +82,11 @@ func (h *ExitHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	value := strings.Join(apps, ",")
+	if h.PredecessorExited != nil {
+		// Before the write: every app process of this terminating pod instance is gone, and the fence
+		// keeps a restarted container from starting its app again, whether or not the record lands.
+		h.PredecessorExited(pod.UID)
+	}
 	read := time.Now()
 	if pod.Annotations[singletonv1.AnnotationExited] != value {
 		// A merge patch carrying the UID: it can only annotate the pod instance the token is bound to (a

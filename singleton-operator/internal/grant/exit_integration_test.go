@@ -6,6 +6,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,9 +32,21 @@ func TestExitEndpoint(t *testing.T) {
 	e := startEndpointEnv(t)
 	ctx, c := e.ctx, e.c
 	exits := grant.NewExits()
+	var toldMu sync.Mutex
+	told := map[types.UID]bool{} // the pods whose exit the grant server was told of (PredecessorExited)
+	toldOf := func(uid types.UID) bool {
+		toldMu.Lock()
+		defer toldMu.Unlock()
+		return told[uid]
+	}
 	handler := func(authenticate grant.Authenticator) *httptest.Server {
 		srv := httptest.NewTLSServer(&grant.ExitHandler{Authenticate: authenticate,
-			Cache: e.mgr.GetCache(), APIReader: e.mgr.GetAPIReader(), Client: c, Exits: exits})
+			Cache: e.mgr.GetCache(), APIReader: e.mgr.GetAPIReader(), Client: c, Exits: exits,
+			PredecessorExited: func(uid types.UID) {
+				toldMu.Lock()
+				defer toldMu.Unlock()
+				told[uid] = true
+			}})
 		t.Cleanup(srv.Close)
 		return srv
 	}
@@ -85,6 +98,7 @@ func TestExitEndpoint(t *testing.T) {
 		assert.True(t, ok)
 		assert.Equal(t, "app,logs", v, "the app containers in spec order")
 		assert.True(t, exits.Accepted(pod.UID), "handed to the controller")
+		assert.True(t, toldOf(pod.UID), "and to the grants of the pods released on its exit")
 		assert.NoError(t, exits.Recorded(ctx, pod.UID), "and recorded")
 		require.Len(t, exits.Events(), 1)
 		assert.Equal(t, pod.UID, (<-exits.Events()).Object.GetUID())
@@ -98,6 +112,7 @@ func TestExitEndpoint(t *testing.T) {
 		_, ok := exited(pod)
 		assert.False(t, ok)
 		assert.False(t, exits.Accepted(pod.UID))
+		assert.False(t, toldOf(pod.UID))
 	})
 
 	t.Run("an app container left out", func(t *testing.T) {
@@ -107,6 +122,7 @@ func TestExitEndpoint(t *testing.T) {
 		answered(http.StatusConflict, "leaves out app container logs")(report(srv, pod, tok, "app", singletonv1.SidecarContainerName))
 		_, ok := exited(pod)
 		assert.False(t, ok)
+		assert.False(t, toldOf(pod.UID))
 	})
 
 	t.Run("another pod's token", func(t *testing.T) {
@@ -115,6 +131,7 @@ func TestExitEndpoint(t *testing.T) {
 		answered(http.StatusForbidden, "not bound to this pod")(report(srv, pod, e.token(t, other, singletonv1.GrantTokenAudience), "app", "logs"))
 		_, ok := exited(pod)
 		assert.False(t, ok)
+		assert.False(t, toldOf(pod.UID))
 	})
 
 	t.Run("not held by the wrapper", func(t *testing.T) {
@@ -126,6 +143,7 @@ func TestExitEndpoint(t *testing.T) {
 		answered(http.StatusConflict, "Wrapper")(report(srv, pod, tok, "app", "logs"))
 		_, ok := exited(pod)
 		assert.False(t, ok)
+		assert.False(t, toldOf(pod.UID))
 	})
 
 	t.Run("pod gone", func(t *testing.T) {

@@ -128,7 +128,7 @@ func (c *ServeConfig) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	mux.Handle(StoppingPath, &StoppingHandler{Authenticate: authenticate, Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(),
 		Successors: c.Successors})
 	mux.Handle(ExitPath, &ExitHandler{Authenticate: authenticate, Cache: mgr.GetCache(), APIReader: mgr.GetAPIReader(),
-		Client: mgr.GetClient(), Exits: c.Exits})
+		Client: mgr.GetClient(), Exits: c.Exits, PredecessorExited: grants.PredecessorExited})
 	srv := &server{addr: c.addr, dir: dir, certReady: certReady, handler: mux}
 	if err := mgr.AddReadyzCheck("grant-endpoint", srv.serving); err != nil {
 		return err

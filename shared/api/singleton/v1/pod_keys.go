@@ -32,6 +32,12 @@ const (
 	AnnotationStartGranted = "apps.statefulsingleton.com/start-granted"
 	// AnnotationEpoch is the fencing epoch stamped on a released pod (see status.epoch).
 	AnnotationEpoch = "apps.statefulsingleton.com/epoch"
+	// AnnotationStartOnExit is a conditional release of a held Wrapper pod (StartOnExit): the operator
+	// writes it while the pod's predecessor is being deleted, and the grant server answers the pod's
+	// status-sidecar the moment it accepts that predecessor's exit report, before any API write. Once
+	// the predecessor's exit is recorded (or the pod is gone from a node that confirmed it), the operator
+	// completes the release with the epoch and start-granted annotations.
+	AnnotationStartOnExit = "apps.statefulsingleton.com/start-on-exit-of"
 
 	// SchedulingGate is the pod scheduling gate of the SchedulingGate hold; the operator removes it on release.
 	SchedulingGate = "apps.statefulsingleton.com/handover"
