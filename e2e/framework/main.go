@@ -62,10 +62,16 @@ var (
 //   - STATEFULOPS_KUBE_BIN, STATEFULOPS_KWOK_BIN, STATEFULOPS_IMAGES: binary and image dirs (see
 //     localcluster.Options).
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(run(m, nil))
 }
 
-func run(m *testing.M) int {
+// MainWith is Main with observe started once the cluster is connected, before the first test; the
+// function it returns runs after the last test (a suite-wide summary, e.g. what every test admitted).
+func MainWith(m *testing.M, observe func(ctx context.Context) (report func())) {
+	os.Exit(run(m, observe))
+}
+
+func run(m *testing.M, observe func(ctx context.Context) (report func())) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -101,7 +107,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 
+	var report func()
+	if observe != nil {
+		report = observe(ctx)
+	}
 	code := m.Run()
+	if report != nil {
+		report()
+	}
 
 	// Stop only what this run started: a cluster or real node that was already running belongs to
 	// someone else (e.g. `make run`).
