@@ -8,13 +8,17 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/statefulops/statefulops/e2e/framework"
@@ -24,8 +28,11 @@ import (
 
 // TestChaosSingleton is the singleton-operator campaign, on kwok nodes in SchedulingGate mode (no real
 // processes needed: the release is the API-level event the checkers see). Several singletons hand
-// over in parallel: a new pod is created (held by the webhook), the old one is deleted — gracefully,
-// force-deleted (grace 0), or before its successor exists — and the new one must be released; while
+// over in parallel, each in turn with bare pods, a RollingUpdate Deployment, a Recreate Deployment and
+// a StatefulSet (chaosKinds). Bare pods: a new pod is created (held by the webhook), the old one is
+// deleted — gracefully, force-deleted (grace 0), or before its successor exists — and the new one must
+// be released. Workloads: rolled out (a template change: the revision rule is exercised), their pod
+// deleted or force-deleted, and the replacement must be released; while
 // the operator and the webhook server are SIGKILLed and restarted, kwok nodes go NotReady (a
 // force-deleted pod there needs the out-of-service taint, as an administrator would apply it) and the
 // API server restarts between two rounds. Checkers: watchReleased (TestSingletonFailures') and the
@@ -69,6 +76,34 @@ func chaosHandovers(t *testing.T, c *framework.Campaign, rng *rand.Rand, n int) 
 	ns := newSingletonNamespace(t, singletonv1.HoldModeSchedulingGate)
 	watchReleased(t, ns)
 	tl := watchPodTimeline(t, ns)
+	per := max(1, n/len(chaosKinds))
+	for _, kind := range chaosKinds {
+		if kind == chaosBarePods {
+			chaosPodHandovers(t, c, rng, ns, per)
+		} else {
+			chaosWorkloadHandovers(t, c, rng, ns, kind, per)
+		}
+	}
+	ivs := releasedIntervals(tl)
+	overlaps := overlappingIntervals(ivs)
+	releases, rule := tl.revisionRule()
+	t.Logf("chaos singleton %s: %d handovers of each kind %v planned, %d releases seen, %d overlapping released intervals, %d revision-rule violations in %d releases with a revision %v",
+		ns, per, chaosKinds, len(ivs), overlaps, len(rule), releases, rule)
+	return overlaps + len(rule)
+}
+
+// The kinds of workload each campaign driver hands over in turn.
+const (
+	chaosBarePods      = "pods"
+	chaosRollingUpdate = "Deployment/RollingUpdate"
+	chaosRecreate      = "Deployment/Recreate"
+	chaosStatefulSet   = "StatefulSet"
+)
+
+var chaosKinds = []string{chaosBarePods, chaosRollingUpdate, chaosRecreate, chaosStatefulSet}
+
+// chaosPodHandovers runs n handovers between bare pods of the singleton of ns, and deletes the last one.
+func chaosPodHandovers(t *testing.T, c *framework.Campaign, rng *rand.Rand, ns string, n int) {
 	prev := chaosSingletonPod(t, ns)
 	waitReleasedFencing(t, ns, prev)
 	for range n {
@@ -93,14 +128,123 @@ func chaosHandovers(t *testing.T, c *framework.Campaign, rng *rand.Rand, n int) 
 		waitReleasedFencing(t, ns, prev)
 		c.Op(1)
 	}
-	ivs := releasedIntervals(tl)
-	overlaps := overlappingIntervals(ivs)
-	releases, rule := tl.revisionRule()
-	// releases counts only the pods with a revision (the revision rule's subject): the campaign's bare
-	// pods have none, so the releases the overlap check covers are the released intervals.
-	t.Logf("chaos singleton %s: %d handovers planned, %d releases seen, %d overlapping released intervals, %d revision-rule violations in %d releases with a revision %v",
-		ns, n, len(ivs), overlaps, len(rule), releases, rule)
-	return overlaps + len(rule)
+	require.NoError(t, framework.IgnoreGone(framework.Clientset.CoreV1().Pods(ns).Delete(t.Context(), prev, metav1.DeleteOptions{})))
+	waitNoAppPods(t, ns)
+}
+
+// chaosWorkloadHandovers runs n handovers of a one-replica workload of kind (chaosKinds) under the
+// singleton of ns: rollouts, deletions and force deletions of its released pod, each followed by the
+// release of its replacement; then it deletes the workload.
+func chaosWorkloadHandovers(t *testing.T, c *framework.Campaign, rng *rand.Rand, ns, kind string, n int) {
+	chaosCreateWorkload(t, ns, kind)
+	epoch := waitNewRelease(t, ns, 0)
+	for i := range n {
+		if c.TimeUp() {
+			break
+		}
+		switch r := rng.Intn(10); {
+		case r < 5: // a rollout
+			chaosBumpTemplate(t, ns, kind, i)
+		case r < 8: // its pod deleted: evicted, drained, deleted by hand
+			require.NoError(t, framework.IgnoreGone(framework.Clientset.CoreV1().Pods(ns).Delete(t.Context(), releasedPod(t, ns, epoch), metav1.DeleteOptions{})))
+		default:
+			pod := releasedPod(t, ns, epoch)
+			require.NoError(t, framework.IgnoreGone(framework.Clientset.CoreV1().Pods(ns).Delete(t.Context(), pod, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})))
+			c.Fault("pod-force-delete", "%s pod %s/%s force-deleted", kind, ns, pod)
+		}
+		epoch = waitNewRelease(t, ns, epoch)
+		c.Op(1)
+	}
+	workload, _, _ := strings.Cut(kind, "/")
+	_, err := framework.Kubectl().Run(t.Context(), "delete", "-n", ns, strings.ToLower(workload), "app", "--wait=true")
+	require.NoError(t, err)
+	waitNoAppPods(t, ns)
+}
+
+// chaosCreateWorkload creates the one-replica workload "app" of kind (a Deployment with its strategy,
+// or a StatefulSet) of pause pods on the kwok nodes, which kwok removes at once when deleted.
+func chaosCreateWorkload(t *testing.T, ns, kind string) {
+	t.Helper()
+	pod := appPod("", "app")
+	pod.Annotations = map[string]string{localcluster.TerminatingSecondsAnnotation: "0"}
+	template := corev1.PodTemplateSpec{ObjectMeta: pod.ObjectMeta, Spec: pod.Spec}
+	selector := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "app"}}
+	var err error
+	switch kind {
+	case chaosStatefulSet:
+		_, err = framework.Clientset.AppsV1().StatefulSets(ns).Create(t.Context(), &appsv1.StatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "app"},
+			Spec:       appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1), ServiceName: "app", Selector: selector, Template: template},
+		}, metav1.CreateOptions{})
+	default:
+		strategy := appsv1.RollingUpdateDeploymentStrategyType
+		if kind == chaosRecreate {
+			strategy = appsv1.RecreateDeploymentStrategyType
+		}
+		_, err = framework.Clientset.AppsV1().Deployments(ns).Create(t.Context(), &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "app"},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: selector, Template: template,
+				Strategy: appsv1.DeploymentStrategy{Type: strategy}},
+		}, metav1.CreateOptions{})
+	}
+	require.NoError(t, err)
+}
+
+// chaosBumpTemplate changes the pod template of the workload "app" of kind: a rollout.
+func chaosBumpTemplate(t *testing.T, ns, kind string, i int) {
+	t.Helper()
+	patch := []byte(fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"chaos/rollout":%q}}}}}`, strconv.Itoa(i)))
+	var err error
+	if kind == chaosStatefulSet {
+		_, err = framework.Clientset.AppsV1().StatefulSets(ns).Patch(t.Context(), "app", types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	} else {
+		_, err = framework.Clientset.AppsV1().Deployments(ns).Patch(t.Context(), "app", types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	}
+	require.NoError(t, err)
+}
+
+// releasedPod is the name of the pod of app "app" released with epoch.
+func releasedPod(t *testing.T, ns string, epoch int64) string {
+	t.Helper()
+	pods, err := framework.Clientset.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=app"})
+	require.NoError(t, err)
+	for _, p := range pods.Items {
+		if p.Annotations[singletonv1.AnnotationEpoch] == strconv.FormatInt(epoch, 10) {
+			return p.Name
+		}
+	}
+	require.Failf(t, "no released pod", "no pod of %s carries epoch %d", ns, epoch)
+	return ""
+}
+
+// waitNewRelease waits until a pod of app "app", not being deleted, is released with an epoch above
+// after (fencing NotReady nodes as waitReleasedFencing does), and returns that epoch.
+func waitNewRelease(t *testing.T, ns string, after int64) int64 {
+	t.Helper()
+	var epoch int64
+	waitFencing(t, ns, func() bool {
+		pods, err := framework.Clientset.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=app"})
+		if err != nil {
+			return false
+		}
+		for _, p := range pods.Items {
+			if e, _ := strconv.ParseInt(p.Annotations[singletonv1.AnnotationEpoch], 10, 64); e > after && p.DeletionTimestamp == nil {
+				epoch = e
+				return true
+			}
+		}
+		return false
+	}, "a pod of %s released with an epoch above %d", ns, after)
+	return epoch
+}
+
+// waitNoAppPods waits until ns has no pod of app "app" left.
+func waitNoAppPods(t *testing.T, ns string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		pods, err := framework.Clientset.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app=app"})
+		return err == nil && len(pods.Items) == 0
+	}, 4*time.Minute, 100*time.Millisecond, "the pods of %s gone", ns)
 }
 
 // chaosSingletonPod creates a pod of the singleton, retrying while the webhook server is down (the
@@ -124,6 +268,13 @@ func chaosSingletonPod(t *testing.T, ns string) string {
 // fenced: here, as an administrator would, by the out-of-service taint, removed after the release.
 func waitReleasedFencing(t *testing.T, ns, name string) {
 	t.Helper()
+	waitFencing(t, ns, func() bool { return podReleased(t, ns, name) }, "pod %s/%s released", ns, name)
+}
+
+// waitFencing waits until done, fencing meanwhile the NotReady nodes whenever the singleton of ns
+// reports FencingRequired (the out-of-service taint, removed once done).
+func waitFencing(t *testing.T, ns string, done func() bool, msgAndArgs ...any) {
+	t.Helper()
 	var fenced []string
 	defer func() {
 		for _, node := range fenced {
@@ -131,7 +282,7 @@ func waitReleasedFencing(t *testing.T, ns, name string) {
 		}
 	}()
 	require.Eventually(t, func() bool {
-		if podReleased(t, ns, name) {
+		if done() {
 			return true
 		}
 		ss, err := fetchSingleton(t.Context(), ns)
@@ -150,7 +301,7 @@ func waitReleasedFencing(t *testing.T, ns, name string) {
 			}
 		}
 		return false
-	}, 4*time.Minute, 50*time.Millisecond, "pod %s/%s released", ns, name)
+	}, 4*time.Minute, 50*time.Millisecond, msgAndArgs...)
 }
 
 // fetchSingleton reads the StatefulSingleton "app" of ns.
