@@ -192,21 +192,6 @@ func setOutOfService(t *testing.T, node string, on bool) {
 	})
 }
 
-// exitReported reports whether pod is terminating and its status-sidecar reported that every app
-// container's processes are gone (the annotation names every container but the sidecar).
-func exitReported(pod *corev1.Pod) bool {
-	if pod.DeletionTimestamp == nil {
-		return false
-	}
-	reported := strings.Split(pod.Annotations[singletonv1.AnnotationExited], ",")
-	for _, c := range pod.Spec.Containers {
-		if c.Name != singletonv1.SidecarContainerName && !slices.Contains(reported, c.Name) {
-			return false
-		}
-	}
-	return true
-}
-
 // killOperator SIGKILLs the singleton operator's process on the real node (no shutdown, no lease
 // release); the kubelet restarts the container, and the new process waits out the old leader's lease.
 func killOperator(t *testing.T) {
@@ -243,7 +228,7 @@ func operatorPID(t *testing.T) int {
 // watchReleased is the API-level invariant checker: it counts the pod events after which two pods of
 // one singleton of the namespace (same apps.statefulsingleton.com/singleton label) carry the epoch
 // annotation and are not terminal, nor terminating with the exit of every app container reported
-// (exitReported). The process-level checker (checkHandovers) is the ground truth for the latter.
+// (singletonv1.ExitRecorded). The process-level checker (checkHandovers) is the ground truth for the latter.
 func watchReleased(t *testing.T, ns string) {
 	t.Helper()
 	w, err := framework.Clientset.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
@@ -264,7 +249,7 @@ func watchReleased(t *testing.T, ns string) {
 				released[singleton] = map[types.UID]bool{}
 			}
 			terminal := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-			released[singleton][pod.UID] = ev.Type != watch.Deleted && !terminal && !exitReported(pod) && pod.Annotations[singletonv1.AnnotationEpoch] != ""
+			released[singleton][pod.UID] = ev.Type != watch.Deleted && !terminal && !singletonv1.ExitRecorded(pod) && pod.Annotations[singletonv1.AnnotationEpoch] != ""
 			n := 0
 			for _, r := range released[singleton] {
 				if r {

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -11,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -75,14 +73,14 @@ func (r *Reconciler) adopt(ctx context.Context, s *scope, pod *corev1.Pod) (reco
 	// The singleton label too, as the webhook puts it on the pods it admits: the anti-affinity of the
 	// next pods then steers them away from the adopted pod's node, and tools that group pods by
 	// singleton see it.
-	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID,
+	patch, err := instancePatch(pod.UID, map[string]any{
 		"labels":      map[string]string{singletonv1.LabelSingleton: podmutation.SingletonLabelValue(ss.Name)},
-		"annotations": map[string]string{singletonv1.AnnotationEpoch: value, singletonv1.AnnotationAdopted: "true"}}})
+		"annotations": map[string]string{singletonv1.AnnotationEpoch: value, singletonv1.AnnotationAdopted: "true"}})
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	adopted := live.blocking[0].DeepCopy()
-	if err := r.Client.Patch(ctx, adopted, client.RawPatch(types.MergePatchType, raw)); err != nil {
+	if err := r.Client.Patch(ctx, adopted, patch); err != nil {
 		s.skipStatus = true
 		return reconcile.Result{}, client.IgnoreNotFound(err) // the epoch is skipped; a pod gone is reconciled again
 	}

@@ -170,11 +170,17 @@ func (r *Reconciler) releaseCandidate(ctx context.Context, s *scope) (reconcile.
 	if err != nil || live == nil {
 		return reconcile.Result{}, err
 	}
-	if len(live.blocking) > 0 || live.candidate == nil || live.candidate.UID != s.pods.candidate.UID ||
-		slices.ContainsFunc(live.all, func(p *corev1.Pod) bool { return podEpoch(p) >= epoch }) {
+	if len(live.blocking) > 0 || !live.confirmsCandidate(s.pods.candidate, epoch) {
 		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache is behind; look again (the epoch is skipped)
 	}
 	return reconcile.Result{}, r.release(ctx, s, live.candidate, epoch)
+}
+
+// confirmsCandidate reports whether these pods (a live list) have cand as their candidate and none
+// carries the epoch reserved for cand's release, or a later one.
+func (p *classifiedPods) confirmsCandidate(cand *corev1.Pod, epoch int64) bool {
+	return p.candidate != nil && p.candidate.UID == cand.UID &&
+		!slices.ContainsFunc(p.all, func(pod *corev1.Pod) bool { return podEpoch(pod) >= epoch })
 }
 
 // reserveAndList confirms with the API server, not the cache, what may run, and meanwhile reserves the
@@ -286,12 +292,21 @@ func releasePatch(pod *corev1.Pod, epoch int64) (*corev1.Pod, client.Patch, erro
 		return released, patch, nil
 	}
 	released.Annotations[singletonv1.AnnotationStartGranted] = value
-	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]string{
-		singletonv1.AnnotationEpoch: value, singletonv1.AnnotationStartGranted: value}}})
+	patch, err := instancePatch(pod.UID, map[string]any{"annotations": map[string]string{
+		singletonv1.AnnotationEpoch: value, singletonv1.AnnotationStartGranted: value}})
+	return released, patch, err
+}
+
+// instancePatch is a merge patch of the pod's metadata that carries the pod's UID: it can only ever
+// change that pod instance (a pod recreated under the same name has another UID, which the API server
+// refuses to change).
+func instancePatch(uid types.UID, metadata map[string]any) (client.Patch, error) {
+	metadata["uid"] = uid
+	raw, err := json.Marshal(map[string]any{"metadata": metadata})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return released, client.RawPatch(types.MergePatchType, raw), nil
+	return client.RawPatch(types.MergePatchType, raw), nil
 }
 
 // recordRelease records a release that was patched: the transitions and handover metrics, the

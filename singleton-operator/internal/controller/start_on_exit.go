@@ -2,14 +2,12 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -65,8 +63,7 @@ func (r *Reconciler) releaseOnExit(ctx context.Context, s *scope, pred *corev1.P
 	if err != nil || live == nil {
 		return err
 	}
-	if live.candidate == nil || live.candidate.UID != cand.UID ||
-		slices.ContainsFunc(live.all, func(p *corev1.Pod) bool { return podEpoch(p) >= epoch }) {
+	if !live.confirmsCandidate(cand, epoch) {
 		return nil // the cache is behind: the events that brought it up to date reconcile again
 	}
 	if len(live.blocking) == 0 {
@@ -76,15 +73,13 @@ func (r *Reconciler) releaseOnExit(ctx context.Context, s *scope, pred *corev1.P
 		return nil
 	}
 	cond := singletonv1.StartOnExit{Epoch: epoch, PodUID: pred.UID, Node: pred.Spec.NodeName}
-	// A merge patch carrying the UID, as the release's: it can only ever touch this pod instance.
-	raw, err := json.Marshal(map[string]any{"metadata": map[string]any{"uid": cand.UID,
-		"annotations": map[string]string{singletonv1.AnnotationStartOnExit: cond.String()}}})
+	patch, err := instancePatch(cand.UID, map[string]any{"annotations": map[string]string{singletonv1.AnnotationStartOnExit: cond.String()}})
 	if err != nil {
 		return err
 	}
 	patchStart := r.Clock.Now()
 	patched := live.candidate.DeepCopy()
-	if err := r.Client.Patch(ctx, patched, client.RawPatch(types.MergePatchType, raw)); err != nil {
+	if err := r.Client.Patch(ctx, patched, patch); err != nil {
 		return client.IgnoreNotFound(err) // the epoch is skipped, never reused
 	}
 	if r.released != nil {
