@@ -3,7 +3,10 @@
 package extended
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"math/rand"
 	"strings"
 	"sync"
 	"testing"
@@ -18,62 +21,80 @@ import (
 	"github.com/statefulops/statefulops/e2e/framework"
 )
 
-// TestChaosExtended is the extended-operator campaign: config churn on the ConfigMap and Secret an
-// ExtendedStatefulSet references — data changes (alone or in bursts), rewrites of the same data and
-// metadata-only updates — while the operator is SIGKILLed and restarted, its API requests fail at
-// random (apiFaultProxy), pods are force-deleted, kwok nodes go NotReady and the API server restarts.
-// The checker is TestExtended's watchRestarts: config rolls beyond the data changes made, and pods
-// that ran beyond those rolls (force-deleted pods left out, as their replacements take their place),
-// are spurious restarts. Operations: config changes.
+// TestChaosExtended is the extended-operator campaign: config churn on the ConfigMap and Secret that
+// 3-replica ExtendedStatefulSets reference, each in a namespace of its own (framework.ParallelRounds)
+// — data changes (alone or in bursts), rewrites of the same data and metadata-only updates — while
+// the operator is SIGKILLed and restarted or upgraded, its API requests fail at random
+// (apiFaultProxy), pods are force-deleted, kwok nodes go NotReady and the API server restarts between
+// two rounds. The checker is TestExtended's watchRestarts: config rolls beyond the data changes made,
+// and pods that ran beyond those rolls (force-deleted pods left out, as their replacements take their
+// place), are spurious restarts. Operations: config changes.
 func TestChaosExtended(t *testing.T) {
-	c := framework.NewCampaign(t, "extended", "ConfigMap/Secret churn (data changes, bursts, same-data and metadata-only updates) under operator kills, API errors, force deletes, NotReady nodes and API-server restarts",
+	c := framework.NewCampaign(t, "extended", "ConfigMap/Secret churn (data changes, bursts, same-data and metadata-only updates) under operator kills and upgrades, API errors, force deletes, NotReady nodes and API-server restarts",
 		"spurious restarts (rolls or pod runs without a data change)")
 	proxy := framework.StartAPIFaultProxy(t, c.Rand("proxy"))
 	op := framework.StartChaosOperator(t, "extended-operator", proxy)
-
-	ns := framework.NewNamespace(t)
-	createConfAndCreds(t, ns, "0", "0")
-	rcs := []*restartChecker{watchRestarts(t, ns)}
-	dd := watchDoubleDeletes(t, ns)
-	e := framework.NewESTS("web", 3)
-	pod := &e.Spec.Template.Spec.Template.Spec
-	referenceConfAndCreds(pod)
-	createESTS(t, ns, e)
-	waitESTSReady(t, ns, "web", 1)
-	framework.WaitRolled(t, ns, "web-v1")
+	var lanes framework.LaneNamespaces
+	forced := &forcedPods{uids: map[string]bool{}}
 
 	c.Schedule("operator-kill", 10*time.Second, 30*time.Second, c.KillAndRestart(op))
 	c.Schedule("operator-upgrade", 20*time.Second, 60*time.Second, c.UpgradeAndRestart(op))
 	c.Schedule("api-errors", 2*time.Second, 6*time.Second, c.APIErrorBursts(proxy, 4*time.Second))
-	// A pod force-deleted while it runs is replaced: a restart the campaign causes, not a spurious one.
-	var fmu sync.Mutex
-	forced := map[string]bool{}
-	c.Schedule("pod-force-delete", 3*time.Second, 10*time.Second, c.ForceDeletePod(ns, "app=web", func(pod *corev1.Pod) {
-		if pod.DeletionTimestamp == nil {
-			fmu.Lock()
-			forced[string(pod.UID)] = true
-			fmu.Unlock()
-		}
+	c.Schedule("pod-force-delete", 3*time.Second, 10*time.Second, lanes.AtRandom(func(ns string) func(context.Context, *rand.Rand) error {
+		return c.ForceDeletePod(ns, "app=web", forced.add)
 	}))
 	c.Schedule("node-notready", 15*time.Second, 35*time.Second, c.FlipNode(8*time.Second))
 
-	rng := c.Rand("driver")
-	ops := c.N(8)
-	restartAt := map[int]bool{}
-	for range c.APIRestarts() {
-		restartAt[1+rng.Intn(ops)] = true
+	violations := c.ParallelRounds(t, c.N(8), "config", func(t *testing.T, c *framework.Campaign, rng *rand.Rand, n int) int {
+		return chaosConfigChanges(t, c, &lanes, forced, rng, n)
+	})
+	c.RecordProxyFaults(proxy)
+	c.Finish(violations)
+}
+
+// forcedPods is the UIDs of the pods the campaign force-deleted while they ran: their replacements
+// are restarts the campaign caused, not spurious ones.
+type forcedPods struct {
+	mu   sync.Mutex
+	uids map[string]bool
+}
+
+func (f *forcedPods) add(pod *corev1.Pod) {
+	if pod.DeletionTimestamp != nil {
+		return // already on its way out: its replacement was coming anyway
 	}
-	// Each checker covers the changes made while its watches ran (an API-server restart ends them).
-	changes := []int{0}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.uids[string(pod.UID)] = true
+}
+
+func (f *forcedPods) snapshot() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.uids)
+}
+
+// chaosConfigChanges is one lane of TestChaosExtended: an ExtendedStatefulSet with its ConfigMap and
+// Secret in a namespace of its own, n config changes, each followed by its roll (or by the quiet
+// period when it must not roll); it returns the spurious restarts its checker counted.
+func chaosConfigChanges(t *testing.T, c *framework.Campaign, lanes *framework.LaneNamespaces, forced *forcedPods, rng *rand.Rand, n int) int {
+	ns := framework.NewNamespace(t)
+	createConfAndCreds(t, ns, "0", "0")
+	rc := watchRestarts(t, ns)
+	dd := watchDoubleDeletes(t, ns)
+	e := framework.NewESTS("web", 3)
+	referenceConfAndCreds(&e.Spec.Template.Spec.Template.Spec)
+	createESTS(t, ns, e)
+	waitESTSReady(t, ns, "web", 1)
+	framework.WaitRolled(t, ns, "web-v1")
+	lanes.Join(ns)
+
+	changes := 0
 	version, level := 0, "0" // level: the ConfigMap's current value
-	for i := range ops {
-		if restartAt[i] && c.RestartAPIServer() {
-			framework.WaitRolled(t, ns, "web-v1")
-			rcs = append(rcs, watchRestarts(t, ns))
-			dd = append(dd, watchDoubleDeletes(t, ns)...)
-			changes = append(changes, 0)
+	for i := range n {
+		if c.TimeUp() {
+			break
 		}
-		rc := rcs[len(rcs)-1]
 		before := rc.rollCount("web-v1")
 		data := 0
 		switch r := rng.Intn(10); {
@@ -96,13 +117,17 @@ func TestChaosExtended(t *testing.T) {
 		case r < 9: // the same data written again, with new labels: must not roll
 			updateConfigData(t, ns, level, map[string]string{"touched": fmt.Sprint(i)})
 		default: // metadata-only change of the Secret: must not roll
-			s, err := framework.Clientset.CoreV1().Secrets(ns).Get(t.Context(), "creds", metav1.GetOptions{})
-			require.NoError(t, err)
-			s.Annotations = map[string]string{"touched": fmt.Sprint(i)}
-			_, err = framework.Clientset.CoreV1().Secrets(ns).Update(t.Context(), s, metav1.UpdateOptions{})
-			require.NoError(t, err)
+			framework.RetryOnConflict(t, func() error {
+				s, err := framework.Clientset.CoreV1().Secrets(ns).Get(t.Context(), "creds", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				s.Annotations = map[string]string{"touched": fmt.Sprint(i)}
+				_, err = framework.Clientset.CoreV1().Secrets(ns).Update(t.Context(), s, metav1.UpdateOptions{})
+				return err
+			})
 		}
-		changes[len(changes)-1] += data
+		changes += data
 		if data > 0 {
 			require.Eventually(t, func() bool { return rc.rollCount("web-v1") > before }, 3*time.Minute, 20*time.Millisecond, "a roll after change %d", i)
 		} else {
@@ -112,21 +137,16 @@ func TestChaosExtended(t *testing.T) {
 		framework.WaitRolled(t, ns, "web-v1")
 		c.Op(1)
 	}
-	c.Halt()
+	lanes.Leave(ns) // no more force deletes here: what the checker counts below is final
 	framework.WaitRolled(t, ns, "web-v1")
-	c.RecordProxyFaults(proxy)
-	violations := 0
-	for k, rc := range rcs {
-		planned := plannedRestarts(rc, "web-v1", forced, dd)
-		s, left := rc.spurious("web-v1", 3, changes[k], planned)
-		t.Logf("chaos extended: checker %d: %d rolls for %d data changes, %d spurious restarts (%d restarts caused by force deletes of running pods; %d force-deleted pods left out)",
-			k, rc.rollCount("web-v1"), changes[k], s, planned, left)
-		if s > 0 {
-			t.Logf("pods of web-v1: %s", strings.Join(rc.pods("web-v1"), "; "))
-		}
-		violations += s
+	planned := plannedRestarts(rc, "web-v1", forced.snapshot(), dd)
+	s, left := rc.spurious("web-v1", 3, changes, planned)
+	t.Logf("chaos extended %s: %d rolls for %d data changes, %d spurious restarts (%d restarts caused by force deletes of running pods; %d force-deleted pods left out)",
+		ns, rc.rollCount("web-v1"), changes, s, planned, left)
+	if s > 0 {
+		t.Logf("pods of web-v1: %s", strings.Join(rc.pods("web-v1"), "; "))
 	}
-	c.Finish(violations)
+	return s
 }
 
 // updateConfigData writes level=value into the ConfigMap "conf" (and the labels, when given).

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,84 +18,99 @@ import (
 	"github.com/statefulops/statefulops/e2e/framework"
 )
 
-// TestChaosRollout is the rollout-operator campaign: rollouts of a 3-replica StatefulSet, one after
-// another, gated by a real Prometheus whose check results change at random (each pod's error gauge
-// flips between healthy and failing every few hundred milliseconds), while the operator is SIGKILLed
-// and restarted, its API requests fail at random (apiFaultProxy), Prometheus goes down, pods are
-// force-deleted, kwok nodes go NotReady and the API server restarts. The checker is TestRollout's
-// checkAdvances over watchPartition and the recording proxy: a partition decrease not preceded by
-// successThreshold consecutive passing checks is an unchecked step. Operations: partition steps.
+// TestChaosRollout is the rollout-operator campaign: several 3-replica StatefulSets, each with its
+// PhasedRollout in a namespace of its own (framework.ParallelRounds), rolled out one after another,
+// gated by a real Prometheus whose check results change at random (each pod's error gauge flips
+// between healthy and failing every few hundred milliseconds), while the operator is SIGKILLed and
+// restarted or upgraded, its API requests fail at random (apiFaultProxy), Prometheus goes down, pods
+// are force-deleted, kwok nodes go NotReady and the API server restarts between two rounds. The
+// checker is TestRollout's checkAdvances over watchPartition and the recording proxy: a partition
+// decrease not preceded by successThreshold consecutive passing checks is an unchecked step.
+// Operations: partition steps.
 func TestChaosRollout(t *testing.T) {
-	c := framework.NewCampaign(t, "rollout", "rollouts with random check results under operator kills, API errors, Prometheus outages, force deletes, NotReady nodes and API-server restarts",
+	c := framework.NewCampaign(t, "rollout", "rollouts with random check results under operator kills and upgrades, API errors, Prometheus outages, force deletes, NotReady nodes and API-server restarts",
 		"unchecked steps (partition lowered without successThreshold passing checks)")
 	apiProxy := framework.StartAPIFaultProxy(t, c.Rand("proxy"))
 	op := framework.StartChaosOperator(t, "rollout-operator", apiProxy)
 	exp := newMetricsExporter(t)
 	prom := startPrometheusFor(t, exp.srv.Listener.Addr().String())
 	rp := newRecordingProxy(t, prom.url)
-
-	const replicas, threshold = 3, 2
-	ns := framework.NewNamespace(t)
-	for i := range replicas {
-		exp.setErrors(ns, fmt.Sprintf("web-%d", i), 0)
-	}
-	framework.RolloutStatefulSet(t, ns, "web", replicas, 0)
-	pws := []*partitionWatch{watchPartition(t, ns, "web")}
-	createPhasedRollout(t, ns, "pr", "web", rp.url, threshold, 0, nil)
-	waitRolloutPhase(t, ns, "pr", "Updated")
+	var lanes framework.LaneNamespaces
 
 	// Random check results: each pod's gauge is failing 20 % of the time, re-drawn every 0.2–0.8 s.
 	c.Schedule("check-results", 200*time.Millisecond, 800*time.Millisecond, func(_ context.Context, rng *rand.Rand) error {
-		for i := range replicas {
-			v := 0
-			if rng.Float64() < 0.2 {
-				v = 1 + rng.Intn(5)
+		lanes.Each(func(ns string) {
+			for i := range chaosReplicas {
+				v := 0
+				if rng.Float64() < 0.2 {
+					v = 1 + rng.Intn(5)
+				}
+				exp.setErrors(ns, fmt.Sprintf("web-%d", i), v)
 			}
-			exp.setErrors(ns, fmt.Sprintf("web-%d", i), v)
-		}
+		})
 		return nil
 	})
 	c.Schedule("operator-kill", 10*time.Second, 30*time.Second, c.KillAndRestart(op))
 	c.Schedule("operator-upgrade", 20*time.Second, 60*time.Second, c.UpgradeAndRestart(op))
 	c.Schedule("api-errors", 2*time.Second, 6*time.Second, c.APIErrorBursts(apiProxy, 4*time.Second))
-	c.Schedule("pod-force-delete", 8*time.Second, 20*time.Second, c.ForceDeletePod(ns, "app=web", nil))
+	c.Schedule("pod-force-delete", 8*time.Second, 20*time.Second, lanes.AtRandom(func(ns string) func(context.Context, *rand.Rand) error {
+		return c.ForceDeletePod(ns, "app=web", nil)
+	}))
 	c.Schedule("node-notready", 15*time.Second, 35*time.Second, c.FlipNode(8*time.Second))
+	c.Schedule("prometheus-down", 30*time.Second, 90*time.Second, func(ctx context.Context, rng *rand.Rand) error {
+		down := time.Duration(1000+rng.Intn(4000)) * time.Millisecond
+		prom.stop()
+		c.Fault("prometheus-down", "Prometheus stopped for %s", down)
+		select {
+		case <-time.After(down):
+		case <-ctx.Done(): // the campaign halts: Prometheus comes back all the same
+		}
+		return prom.tryStart()
+	})
 
-	rng := c.Rand("driver")
-	rolls := c.N(3)
-	restartAt, promDownAt := map[int]bool{}, map[int]bool{}
-	for range c.APIRestarts() {
-		restartAt[1+rng.Intn(rolls)] = true
-		promDownAt[rng.Intn(rolls)] = true
+	var mu sync.Mutex
+	advances := 0
+	violations := c.ParallelRounds(t, c.N(9), "rollout", func(t *testing.T, c *framework.Campaign, _ *rand.Rand, n int) int {
+		inv := chaosRollouts(t, c, &lanes, exp, rp, n)
+		mu.Lock()
+		advances += inv.advances
+		mu.Unlock()
+		return inv.unchecked
+	})
+	c.RecordProxyFaults(apiProxy)
+	t.Logf("chaos rollout: %d partition steps checked in all", advances)
+	assert.Positive(t, advances, "the checker saw partition steps")
+	c.Finish(violations)
+}
+
+// The campaign's StatefulSets and the successThreshold of their checks.
+const chaosReplicas, chaosThreshold = 3, 2
+
+// chaosRollouts is one lane of TestChaosRollout: a StatefulSet and its PhasedRollout in a namespace of
+// its own, rolled out until about n partition steps are done; it returns what the checker found.
+func chaosRollouts(t *testing.T, c *framework.Campaign, lanes *framework.LaneNamespaces, exp *metricsExporter, rp *recordingProxy, n int) invariant {
+	ns := framework.NewNamespace(t)
+	for i := range chaosReplicas {
+		exp.setErrors(ns, fmt.Sprintf("web-%d", i), 0)
 	}
-	for i := range rolls {
-		if restartAt[i] && c.RestartAPIServer() {
-			pws = append(pws, watchPartition(t, ns, "web"))
+	framework.RolloutStatefulSet(t, ns, "web", chaosReplicas, 0)
+	pw := watchPartition(t, ns, "web")
+	createPhasedRollout(t, ns, "pr", "web", rp.url, chaosThreshold, 0, nil)
+	waitRolloutPhase(t, ns, "pr", "Updated")
+	lanes.Join(ns)
+	for i := range (n + chaosReplicas - 1) / chaosReplicas {
+		if c.TimeUp() {
+			break
 		}
 		framework.BumpTemplate(t, ns, "web", fmt.Sprint(i+2))
-		if promDownAt[i] {
-			framework.SleepRandom(rng, 500*time.Millisecond, 3*time.Second)
-			down := time.Duration(1000+rng.Intn(4000)) * time.Millisecond
-			prom.stop()
-			c.Fault("prometheus-down", "Prometheus stopped for %s mid-rollout", down)
-			time.Sleep(down) // test driver, not a reconcile
-			prom.start()
-		}
-		waitRolledOut(t, ns, replicas)
-		c.Op(replicas)
+		waitRolledOut(t, ns, chaosReplicas)
+		c.Op(chaosReplicas)
 	}
-	c.Halt()
-	c.RecordProxyFaults(apiProxy)
-	violations, advances := 0, 0
-	for k, pw := range pws {
-		inv := checkAdvances(pw, rp, ns, threshold)
-		t.Logf("chaos rollout: watch %d: partition history %v: %d advances, %d unchecked; %d queries, %d passed",
-			k, pw.values(), inv.advances, inv.unchecked, inv.queries, inv.passes)
-		violations += inv.unchecked
-		advances += inv.advances
-	}
-	t.Logf("chaos rollout: %d rollouts, %d partition steps checked", rolls, advances)
-	c.Finish(violations)
+	lanes.Leave(ns)
+	inv := checkAdvances(pw, rp, ns, chaosThreshold)
+	t.Logf("chaos rollout %s: partition history %v: %d advances, %d unchecked; %d queries, %d passed",
+		ns, pw.values(), inv.advances, inv.unchecked, inv.queries, inv.passes)
+	return inv
 }
 
 // waitRolledOut waits until the StatefulSet runs its latest template on every pod, all Ready, and

@@ -105,26 +105,40 @@ func startPrometheusWith(t *testing.T, scrapeConfigs string) *prometheus {
 
 func (p *prometheus) start() {
 	p.t.Helper()
+	require.NoError(p.t, p.tryStart())
+}
+
+// tryStart starts Prometheus and waits until it is ready; it returns what failed instead of failing
+// the test, so a fault goroutine of a chaos campaign can call it.
+func (p *prometheus) tryStart() error {
 	log, err := os.OpenFile(filepath.Join(p.dir, "prometheus.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	require.NoError(p.t, err)
+	if err != nil {
+		return err
+	}
 	p.cmd = exec.Command("/usr/bin/prometheus",
 		"--config.file="+filepath.Join(p.dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(p.dir, "data"),
 		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", p.port),
 		"--query.lookback-delta=2s", "--log.level=warn")
 	p.cmd.Stdout, p.cmd.Stderr = log, log
-	require.NoError(p.t, p.cmd.Start())
+	if err := p.cmd.Start(); err != nil {
+		_ = log.Close()
+		return err
+	}
 	done := make(chan struct{})
 	p.done = done
 	go func(cmd *exec.Cmd) { _ = cmd.Wait(); _ = log.Close(); close(done) }(p.cmd)
-	require.Eventually(p.t, func() bool {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		resp, err := http.Get(p.url + "/-/ready")
 		if err != nil {
-			return false
+			continue
 		}
 		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, time.Minute, 50*time.Millisecond, "Prometheus ready")
+		if resp.StatusCode == http.StatusOK {
+			return nil
+		}
+	}
+	return fmt.Errorf("Prometheus on %s not ready within a minute (log in %s)", p.url, p.dir)
 }
 
 func (p *prometheus) stop() {
