@@ -119,7 +119,10 @@ func debounceKey(ests *extendedv1alpha1.ExtendedStatefulSet, z zone) types.Names
 // applyZone makes a StatefulSet one of the zone's: zone labels (on it, its selector and its pods, and
 // quarks' names of them on it and its pods), a required node affinity to the zone (added to every term
 // the template has: terms are ORed), and KUBE_AZ, AZ_INDEX, BOSH_AZ and CF_OPERATOR_AZ in every container
-// and init container (replacing the template's own, if any).
+// and init container. KUBE_AZ and AZ_INDEX replace the template's own variables of those names; BOSH_AZ
+// and CF_OPERATOR_AZ are compatibility aliases (quarks' names of the zone), added only to a container
+// that does not set them itself, so a value the user chose (a BOSH AZ name other than the zone's, say)
+// is kept.
 func applyZone(sts *appsv1.StatefulSet, z zone) {
 	if !z.zoned() {
 		return
@@ -152,19 +155,30 @@ func applyZone(sts *appsv1.StatefulSet, z zone) {
 		}
 	}
 
-	env := []corev1.EnvVar{
+	ours := []corev1.EnvVar{
 		{Name: extendedv1alpha1.ZoneEnvName, Value: z.name},
 		{Name: extendedv1alpha1.ZoneIndexEnvName, Value: strconv.Itoa(z.index)},
+	}
+	aliases := []corev1.EnvVar{
 		{Name: extendedv1alpha1.BoshZoneEnvName, Value: z.name},
 		{Name: extendedv1alpha1.CFOperatorZoneEnvName, Value: z.name},
 	}
 	for _, cs := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
 		for i := range cs {
-			cs[i].Env = append(slices.DeleteFunc(cs[i].Env, func(e corev1.EnvVar) bool {
-				return slices.ContainsFunc(env, func(ours corev1.EnvVar) bool { return ours.Name == e.Name })
-			}), env...)
+			env := append(slices.DeleteFunc(cs[i].Env, func(e corev1.EnvVar) bool { return hasEnv(ours, e.Name) }), ours...)
+			for _, a := range aliases {
+				if !hasEnv(env, a.Name) {
+					env = append(env, a)
+				}
+			}
+			cs[i].Env = env
 		}
 	}
+}
+
+// hasEnv reports whether env sets the variable name.
+func hasEnv(env []corev1.EnvVar, name string) bool {
+	return slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
 }
 
 // upgrading reports whether a zone's versions have an upgrade in flight: a newer version than the

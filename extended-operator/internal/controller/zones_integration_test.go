@@ -83,17 +83,16 @@ func (f *fixture) setZStatus(zoneIndex, version int, ready int32) {
 // TestZoneStatefulSets checks one StatefulSet per zone: names, replicas spread over the zones (a total),
 // required node affinity, zone labels (selector and pods), KUBE_AZ and AZ_INDEX in every container, and
 // the per-zone status. ES-10: the pods also carry quarks' names of the same facts (labels
-// quarks.cloudfoundry.org/az-name and az-index, 0-based as quarks; BOSH_AZ and CF_OPERATOR_AZ), which
-// replace the template's own variables of those names. ES-10: the pods also carry quarks' names of the same facts (labels
-// quarks.cloudfoundry.org/az-name and az-index, 0-based as quarks; BOSH_AZ and CF_OPERATOR_AZ), which
-// replace the template's own variables of those names.
+// quarks.cloudfoundry.org/az-name and az-index, 0-based as quarks; BOSH_AZ and CF_OPERATOR_AZ). KUBE_AZ
+// and AZ_INDEX replace the template's own variables of those names; the quarks aliases BOSH_AZ and
+// CF_OPERATOR_AZ are added only where the template does not set them (a user's value is kept).
 func TestZoneStatefulSets(t *testing.T) {
 	startOperator(t, nil)
 	f := newFixture(t)
 	ests := f.zoned(4, "app:1", "a", "b", "c")
 	pod := &ests.Spec.Template.Spec.Template.Spec
 	pod.InitContainers = []corev1.Container{{Name: "init", Image: "init:1", Env: []corev1.EnvVar{{Name: "AZ_INDEX", Value: "user"}, {Name: "BOSH_AZ", Value: "user"}}}}
-	pod.Containers = append(pod.Containers, corev1.Container{Name: "side", Image: "side:1"})
+	pod.Containers = append(pod.Containers, corev1.Container{Name: "side", Image: "side:1", Env: []corev1.EnvVar{{Name: "CF_OPERATOR_AZ", Value: "user-cf"}}})
 	// A template affinity of its own: the zone is added to each of its terms.
 	pod.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "disk", Operator: corev1.NodeSelectorOpIn, Values: []string{"ssd"}}}}},
@@ -119,10 +118,19 @@ func TestZoneStatefulSets(t *testing.T) {
 			{Key: "disk", Operator: corev1.NodeSelectorOpIn, Values: []string{"ssd"}},
 			{Key: extendedv1alpha1.DefaultZoneNodeLabel, Operator: corev1.NodeSelectorOpIn, Values: []string{name}},
 		}, terms[0].MatchExpressions)
-		wantEnv := []corev1.EnvVar{{Name: "KUBE_AZ", Value: name}, {Name: "AZ_INDEX", Value: idx},
-			{Name: "BOSH_AZ", Value: name}, {Name: "CF_OPERATOR_AZ", Value: name}}
-		for _, c := range append(sts.Spec.Template.Spec.InitContainers, sts.Spec.Template.Spec.Containers...) {
-			assert.Equal(t, wantEnv, c.Env, "container %s of zone %s", c.Name, name)
+		// Ours replace the template's AZ_INDEX; the template's BOSH_AZ (init) and CF_OPERATOR_AZ (side) stay.
+		wantEnv := map[string][]corev1.EnvVar{
+			"init": {{Name: "BOSH_AZ", Value: "user"}, {Name: "KUBE_AZ", Value: name}, {Name: "AZ_INDEX", Value: idx},
+				{Name: "CF_OPERATOR_AZ", Value: name}},
+			"main": {{Name: "KUBE_AZ", Value: name}, {Name: "AZ_INDEX", Value: idx},
+				{Name: "BOSH_AZ", Value: name}, {Name: "CF_OPERATOR_AZ", Value: name}},
+			"side": {{Name: "CF_OPERATOR_AZ", Value: "user-cf"}, {Name: "KUBE_AZ", Value: name}, {Name: "AZ_INDEX", Value: idx},
+				{Name: "BOSH_AZ", Value: name}},
+		}
+		cs := append(sts.Spec.Template.Spec.InitContainers, sts.Spec.Template.Spec.Containers...)
+		require.Len(t, cs, len(wantEnv))
+		for _, c := range cs {
+			assert.Equal(t, wantEnv[c.Name], c.Env, "container %s of zone %s", c.Name, name)
 		}
 		f.setZStatus(i+1, 1, wantReplicas[i])
 	}

@@ -147,7 +147,8 @@ const (
 	// zone of spec.az.zones is "0"; AZ_INDEX and ZoneIndexLabel are 1-based, as in quarks too).
 	QuarksZoneIndexLabel = "quarks.cloudfoundry.org/az-index"
 	// BoshZoneEnvName and CFOperatorZoneEnvName are quarks' other environment variables naming the zone,
-	// set beside KUBE_AZ with the same value.
+	// set beside KUBE_AZ with the same value: compatibility aliases, added only to a container that does
+	// not set them itself (KUBE_AZ and AZ_INDEX replace the template's own).
 	BoshZoneEnvName       = "BOSH_AZ"
 	CFOperatorZoneEnvName = "CF_OPERATOR_AZ"
 )

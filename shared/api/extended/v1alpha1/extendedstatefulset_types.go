@@ -188,9 +188,10 @@ type TemplateMetadata struct {
 // AvailabilityZones places pods in availability zones. Each zone gets its own StatefulSet with a required
 // node affinity to the zone, labels naming the zone and its index on the pods, and environment variables
 // KUBE_AZ (zone name) and AZ_INDEX (1-based zone index, as in quarks) in every container and init
-// container. Quarks' names are set beside them, so workloads migrated from quarks-statefulset find them:
-// labels quarks.cloudfoundry.org/az-name and quarks.cloudfoundry.org/az-index (0-based, as quarks set it)
-// on the pods, and BOSH_AZ and CF_OPERATOR_AZ (the zone name) in every container.
+// container, replacing the template's own. Quarks' names are set beside them as compatibility aliases,
+// so workloads migrated from quarks-statefulset find them: labels quarks.cloudfoundry.org/az-name and
+// quarks.cloudfoundry.org/az-index (0-based, as quarks set it) on the pods, and BOSH_AZ and
+// CF_OPERATOR_AZ (the zone name) in every container and init container that does not set them itself.
 //
 // spec.template.spec.replicas is the total across zones, spread as evenly as possible (zone i of n gets
 // replicas/n, plus one for the first replicas%n zones), so scaling.min/max/oddOnly keep constraining the
