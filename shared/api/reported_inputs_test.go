@@ -163,12 +163,13 @@ var lockReported = []reportedInput{
 		Tests:     []string{leasePkg + "TestWaitingStatesHaveEvents", leasePkg + "TestStatefulSetMissing"},
 	},
 	{
-		Case:      "a second lock on a StatefulSet an older lock manages (the younger one writes nothing, and takes over once the older one is deleted)",
+		Case:      "a second lock on a StatefulSet an older lock manages (the younger one writes nothing, its deletion leaves the older one untouched, and it takes over once the older one is deleted)",
 		Condition: "Stalled=True/StatefulSetConflict, Ready=False",
 		Event:     "Warning StatefulSetConflict",
 		Kstatus:   "Failed",
 		Reason:    "ReasonStatefulSetConflict",
-		Tests:     []string{leasePkg + "TestConflictAndErrorStatesHaveEvents", leasePkg + "TestSecondLockOnAStatefulSetIsStalledUntilTheFirstGoes"},
+		Tests: []string{leasePkg + "TestConflictAndErrorStatesHaveEvents", leasePkg + "TestSecondLockOnAStatefulSetIsStalledUntilTheFirstGoes",
+			leasePkg + "TestDeletingTheStalledLockLeavesTheFirstAlone"},
 	},
 	{
 		Case:      "leaseName naming a Lease this lock does not own",

@@ -81,3 +81,53 @@ func TestSecondLockOnAStatefulSetIsStalledUntilTheFirstGoes(t *testing.T) {
 	}, wait, tick)
 	f.waitWriter("db-1", "")
 }
+
+// SL-08: deleting the stalled second lock disturbs nothing of the first: no write to its Lease, its
+// pods or its status (the lease duration of 60 s puts the first renewal, at 30 s, outside the check),
+// the second leaves no Lease, and the first still fails over afterwards.
+func TestDeletingTheStalledLockLeavesTheFirstAlone(t *testing.T) {
+	f := newFixture(t)
+	f.createPods(2)
+	startOperator(t, nil)
+	f.createLock("first", 60)
+	f.waitWriter("db-0", "1")
+	f.createLock("second", 60)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		stalled := condition(f.lock("second"), leasev1.ConditionStalled)
+		assert.Equal(c, metav1.ConditionTrue, stalled.Status)
+		assert.Equal(c, leasev1.ReasonStatefulSetConflict, stalled.Reason)
+	}, wait, tick)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		ready := condition(f.lock("first"), leasev1.ConditionReady)
+		assert.Equal(c, metav1.ConditionTrue, ready.Status)
+	}, wait, tick)
+
+	// What the first has written, by resourceVersion: any later write to it changes one.
+	versions := func() map[string]string {
+		v := map[string]string{"lease": f.lease("first-lease").ResourceVersion, "lock": f.lock("first").ResourceVersion}
+		for _, name := range []string{"db-0", "db-1"} {
+			v[name] = f.pod(name).ResourceVersion
+		}
+		return v
+	}
+	before := versions()
+
+	require.NoError(t, suite.Client.Delete(t.Context(), f.lock("second")))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "second"}, &leasev1.StatefulSetLock{}))
+	}, wait, tick)
+	testsupport.NeverWithin(t, 2*time.Second, 50*time.Millisecond, func() bool {
+		return !assert.ObjectsAreEqual(before, versions())
+	}, "deleting the stalled lock wrote to the first lock, its Lease or its pods")
+	for _, name := range []string{"db-0", "db-1"} {
+		assert.Equal(t, "first", f.pod(name).Labels[leasev1.LockLabel], "pod %s", name)
+	}
+	assert.True(t, apierrors.IsNotFound(suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "second-lease"}, &coordinationv1.Lease{})),
+		"the stalled lock created a Lease")
+	assert.Equal(t, "db-0", ptr.Deref(f.lease("first-lease").Spec.HolderIdentity, ""))
+
+	// The first still works.
+	f.setReady("db-0", false)
+	f.waitWriter("db-1", "2")
+	assert.Equal(t, "db-1", ptr.Deref(f.lease("first-lease").Spec.HolderIdentity, ""))
+}

@@ -259,6 +259,9 @@ func TestForeignLeaseIsLeftAlone(t *testing.T) {
 		assert.Equal(c, leasev1.ReasonLeaseConflict, condition(lock, leasev1.ConditionAvailable).Reason)
 		assert.Equal(c, metav1.ConditionFalse, condition(lock, leasev1.ConditionAvailable).Status)
 		assert.Equal(c, metav1.ConditionTrue, condition(lock, leasev1.ConditionError).Status)
+		stalled := condition(lock, leasev1.ConditionStalled) // only the user can resolve it
+		assert.Equal(c, metav1.ConditionTrue, stalled.Status)
+		assert.Equal(c, leasev1.ReasonLeaseConflict, stalled.Reason)
 		var events eventsv1.EventList
 		require.NoError(c, suite.Client.List(t.Context(), &events, client.InNamespace(f.ns)))
 		found := false

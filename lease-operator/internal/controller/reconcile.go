@@ -620,12 +620,22 @@ func (r *Reconciler) olderLock(ctx context.Context, lock *leasev1.StatefulSetLoc
 		if other.UID == lock.UID || !other.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if other.CreationTimestamp.Before(&lock.CreationTimestamp) ||
-			(other.CreationTimestamp.Equal(&lock.CreationTimestamp) && other.Name < lock.Name) {
+		if precedes(&other, lock) {
 			return other.Name, nil
 		}
 	}
 	return "", nil
+}
+
+// precedes reports whether lock a comes before lock b for the same StatefulSet: created first, or in
+// the same second (creationTimestamp has second precision) with the smaller name. It is a strict total
+// order over the locks of a namespace (names are unique there): of two locks that see each other exactly
+// one yields, whichever is reconciled first.
+func precedes(a, b *leasev1.StatefulSetLock) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Name < b.Name
 }
 
 // listPods returns the pods the lock's StatefulSet controls, from the cache.
