@@ -3,7 +3,14 @@
 package controller
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,13 +19,17 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
+	"github.com/statefulops/statefulops/shared/testsupport"
 )
 
 // crashLooping reports the pod Running between restarts of a crash-looping container, as the kubelet
@@ -76,10 +87,9 @@ func TestCrashLoopingOldPodKeepsTheNewOneHeld(t *testing.T) {
 // histogram and the overlap counter.
 func TestHandoverStatusAndMetrics(t *testing.T) {
 	f := newFixture(t)
-	startOperator(t, nil)
-	const histogram, counter = "singleton_operator_handover_duration_seconds", "singleton_operator_overlaps_detected_total"
-	handoversBefore, _ := gathered(t, histogram)
-	_, overlapsBefore := gathered(t, counter)
+	metrics := startOperatorServingMetrics(t)
+	const histogram, counter = "singleton_operator_handover_duration_seconds_count", "singleton_operator_overlaps_detected_total"
+	handoversBefore, overlapsBefore := scraped(t, metrics, histogram), scraped(t, metrics, counter)
 
 	f.createSingleton("db")
 	f.createPod("old", releasedAt(1))
@@ -101,32 +111,57 @@ func TestHandoverStatusAndMetrics(t *testing.T) {
 	assert.Equal(t, "new", ss.Status.ActivePod)
 	assert.Positive(t, ss.Status.LastTransitionDuration.Duration)
 	assert.Less(t, ss.Status.LastTransitionDuration.Duration, wait)
-	handovers, _ := gathered(t, histogram)
-	assert.Equal(t, handoversBefore+1, handovers, "one handover observed")
+	assert.Equal(t, handoversBefore+1, scraped(t, metrics, histogram), "one handover observed")
 
 	// Two released, non-terminal pods: the overlap counter rises and OverlapDetected is set.
 	f.createPod("intruder", releasedAt(7))
 	f.waitCondition("db", singletonv1.ConditionOverlapDetected, metav1.ConditionTrue)
-	_, overlapsAfter := gathered(t, counter)
-	assert.Greater(t, overlapsAfter, overlapsBefore)
+	assert.Greater(t, scraped(t, metrics, counter), overlapsBefore)
 	t.Logf("lastTransitionDuration %s", ss.Status.LastTransitionDuration.Duration)
 }
 
-// gathered reads the named metric from controller-runtime's metrics registry, which the manager's
-// metrics endpoint serves: a histogram's sample count, or a counter's value.
-func gathered(t *testing.T, name string) (samples uint64, value float64) {
+// startOperatorServingMetrics is startOperator with the manager's metrics endpoint served (plain HTTP)
+// on a free local port, as main serves it; it returns the endpoint's URL.
+func startOperatorServingMetrics(t *testing.T) string {
 	t.Helper()
-	mfs, err := ctrlmetrics.Registry.Gather()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			require.Len(t, mf.GetMetric(), 1)
-			m := mf.GetMetric()[0]
-			return m.GetHistogram().GetSampleCount(), m.GetCounter().GetValue()
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	suite.StartManager(t, func(ctx context.Context, m ctrl.Manager) error { return (&Options{}).Setup(ctx, m) },
+		func(o *ctrl.Options) {
+			CacheOptions(&o.Cache)
+			o.Metrics = metricsserver.Options{BindAddress: addr}
+		})
+	return "http://" + addr + "/metrics"
+}
+
+// scraped is the value of the sample name (a counter, or a histogram's _count) that the metrics
+// endpoint at url serves, in the Prometheus text format; it waits for the endpoint to serve.
+func scraped(t *testing.T, url, name string) float64 {
+	t.Helper()
+	var value float64
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp, err := http.Get(url) //nolint:gosec,noctx // the test's own endpoint
+		if !assert.NoError(c, err) {
+			return
 		}
-	}
-	t.Fatalf("metric %s not registered", name)
-	return 0, 0
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		assert.NoError(c, err)
+		if !assert.Equal(c, http.StatusOK, resp.StatusCode, string(body)) {
+			return
+		}
+		for line := range strings.SplitSeq(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				value, err = strconv.ParseFloat(v, 64)
+				assert.NoError(c, err, line)
+				return
+			}
+		}
+		assert.Fail(c, "not served", "sample %s", name)
+	}, wait, tick, "the metrics endpoint serves %s", name)
+	return value
 }
 
 // SS-09: while a handover waits for a terminating pod, status.handover reports its grace-period
@@ -161,6 +196,80 @@ func TestHandoverReportsGracePeriodProgress(t *testing.T) {
 	f.confirmStop("old")
 	f.waitReleased("new")
 	require.Eventually(t, func() bool { return f.singleton("db").Status.Handover == nil }, wait, tick, "status.handover cleared")
+}
+
+// aheadClock is the real clock, ahead by d.
+type aheadClock struct{ d time.Duration }
+
+func (c aheadClock) Now() time.Time                   { return time.Now().Add(c.d) }
+func (c aheadClock) Since(ts time.Time) time.Duration { return c.Now().Sub(ts) }
+
+// SS-09, the criterion: with the operator's clock 10 s ahead of the API server's, a deletion with a 30 s
+// grace period is, as the operator sees it, deletionTimestamp = now+20s with deletionGracePeriodSeconds
+// = 30: the status message and the Ready condition report elapsed 10s, 20s left. Nothing is requeued to
+// refresh it: without events, the status stays as written.
+func TestHandoverMessageReportsElapsedGrace(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	startOperatorWithOptions(t, Options{Overrides: opsutil.Overrides{Clock: aheadClock{10 * time.Second}}}, nil)
+	f.createSingleton("db")
+	f.createPod("old", releasedAt(1))
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	f.neverReleased("new", 500*time.Millisecond)
+
+	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("old"), client.GracePeriodSeconds(30)))
+	elapsedRE := regexp.MustCompile(`; pod old terminating since \S+ with a 30s grace period: elapsed (\d+)s, (\d+)s left$`)
+	var ss *singletonv1.StatefulSingleton
+	var m []string
+	require.Eventually(t, func() bool {
+		ss = f.singleton("db")
+		m = elapsedRE.FindStringSubmatch(ss.Status.Message)
+		return m != nil
+	}, wait, tick, "the message reports the elapsed grace period")
+	t.Logf("message: %s", ss.Status.Message)
+	elapsed, _ := strconv.Atoi(m[1])
+	left, _ := strconv.Atoi(m[2])
+	// deletionTimestamp is in whole seconds, and the reconcile follows the deletion by a moment.
+	assert.True(t, elapsed >= 10 && elapsed <= 12, "elapsed %ds ≈ 10s: %s", elapsed, ss.Status.Message)
+	assert.Equal(t, 30, elapsed+left, ss.Status.Message)
+	ready := findCondition(ss, singletonv1.ConditionReady)
+	require.NotNil(t, ready)
+	assert.Equal(t, ss.Status.Message, ready.Message)
+
+	// The elapsed time is measured on reconciles that run anyway: the write's own reconcile (graceEcho)
+	// and no timer rewrite the status.
+	time.Sleep(300 * time.Millisecond) // the write's own reconcile
+	rv := f.singleton("db").ResourceVersion
+	testsupport.NeverWithin(t, 2500*time.Millisecond, 100*time.Millisecond,
+		func() bool { return f.singleton("db").ResourceVersion != rv }, "the status is rewritten without an event")
+
+	f.confirmStop("old")
+	f.waitReleased("new")
+}
+
+// SS-06: an old pod kept by a finalizer after its deletion (deletionTimestamp set, even the zero-grace
+// delete done) is not gone: the new pod stays held while the finalizer is there, and is released within
+// 5 s of its removal.
+func TestFinalizerKeptOldPodHoldsUntilRemoved(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	startOperator(t, nil)
+	f.createSingleton("db")
+	f.createPod("old", releasedAt(1), func(p *corev1.Pod) { p.Finalizers = []string{"test.statefulops.io/keep"} })
+	t.Cleanup(func() {
+		old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "old"}}
+		_ = suite.Client.Patch(context.Background(), old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	f.confirmStop("old") // the kubelet's confirmation: only the finalizer keeps the object
+	old := f.pod("old")
+	require.False(t, old.DeletionTimestamp.IsZero())
+	f.neverReleased("new", 2*time.Second)
+
+	require.NoError(t, suite.Client.Patch(t.Context(), old, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))
+	removed := time.Now()
+	require.Eventually(t, func() bool { return f.released("new") }, 5*time.Second, tick, "released within 5 s of the finalizer's removal")
+	t.Logf("released %s after the finalizer's removal", time.Since(removed).Round(time.Millisecond))
 }
 
 // SS-08: a Wrapper singleton whose Deployment creates the new pod only after the old one is gone

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -89,10 +90,7 @@ func (r *Reconciler) handover(ctx context.Context, s *scope) error {
 	}
 	if progress := terminationProgress(pods.blocking); progress != nil {
 		s.status.Handover = progress
-		// The start, not the elapsed time: a message that changed with every reconcile would make every
-		// reconcile write the status, and every status write queue another reconcile.
-		msg += fmt.Sprintf("; pod %s terminating since %s with a %ds grace period", progress.WaitingFor,
-			progress.TerminatingSince.UTC().Format(time.RFC3339), progress.GracePeriodSeconds)
+		msg = withGraceProgress(s, msg, progress, r.Clock.Now())
 	}
 	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonWaitingForOldPod, msg)
 	s.status.Message = msg
@@ -117,6 +115,41 @@ func terminationProgress(blocking []*corev1.Pod) *singletonv1.HandoverStatus {
 		}
 	}
 	return nil
+}
+
+// graceEcho is how long after a status write the elapsed time in the message stays as that write
+// reported it. The elapsed time is measured only in reconciles that run anyway (pod events, the
+// transition deadline): nothing is requeued to refresh it, so at rest, and between events, the status
+// is not rewritten. But every status write queues a reconcile of its own, which would measure a later
+// elapsed time, write again and queue another: within graceEcho of a write, that reconcile keeps it.
+const graceEcho = 5 * time.Second
+
+// withGraceProgress appends to msg the grace-period progress of the pod a handover waits for, as of now:
+// "pod old terminating since <start> with a 30s grace period: elapsed 10s, 20s left". When the status
+// read was written less than graceEcho ago with the same message up to the elapsed time (the same pod,
+// start and grace period), that write's elapsed time is kept.
+func withGraceProgress(s *scope, msg string, p *singletonv1.HandoverStatus, now time.Time) string {
+	msg += fmt.Sprintf("; pod %s terminating since %s with a %ds grace period", p.WaitingFor,
+		p.TerminatingSince.UTC().Format(time.RFC3339), p.GracePeriodSeconds)
+	if prev := s.ss.Status; prev.StatusTimestamp != nil && now.Sub(prev.StatusTimestamp.Time) < graceEcho {
+		// The elapsed time ends the message, also where checkDeadline or reconcileDelete put it after
+		// their own words.
+		if i := strings.LastIndex(prev.Message, msg+": elapsed "); i >= 0 {
+			return prev.Message[i:]
+		}
+	}
+	return msg + ": " + graceElapsed(p, now)
+}
+
+// graceElapsed is how far the grace period has run at now, in whole seconds: elapsed = now −
+// terminatingSince (= now − (deletionTimestamp − deletionGracePeriodSeconds)), and what is left of it.
+func graceElapsed(p *singletonv1.HandoverStatus, now time.Time) string {
+	// Never negative: the operator's clock may be behind the API server's, which set deletionTimestamp.
+	elapsed := max(now.Sub(p.TerminatingSince.Time), 0).Truncate(time.Second)
+	if left := time.Duration(p.GracePeriodSeconds)*time.Second - elapsed; left > 0 {
+		return fmt.Sprintf("elapsed %s, %s left", elapsed, left)
+	}
+	return fmt.Sprintf("elapsed %s, the grace period is over: waiting for the kubelet to confirm the stop", elapsed)
 }
 
 // waitForFencing reports whether the candidate waits for fencing: the last active pod vanished from a

@@ -94,18 +94,17 @@ func (r *Reconciler) releaseOnExit(ctx context.Context, s *scope, pred *corev1.P
 	// moment, and if it then vanished from a node that is not Ready its process could still run there.
 	// The predecessor's node is in the annotation for the same check (settleStartOnExit).
 	s.status.ActivePod, s.status.ActivePodUID, s.status.ActivePodNode = cand.Name, string(cand.UID), cand.Spec.NodeName
-	reportStartOnExit(s, cand, pred)
+	reportStartOnExit(s, cand, pred, r.Clock.Now())
 	return nil
 }
 
-// reportStartOnExit reports that pod starts on pred's exit.
-func reportStartOnExit(s *scope, pod, pred *corev1.Pod) {
+// reportStartOnExit reports that pod starts on pred's exit (pred's grace-period progress as of now).
+func reportStartOnExit(s *scope, pod, pred *corev1.Pod, now time.Time) {
 	msg := fmt.Sprintf("pod %s starts the moment every app process of pod %s has exited (its status-sidecar reports it), or once pod %s is gone",
 		pod.Name, pred.Name, pred.Name)
 	if progress := terminationProgress([]*corev1.Pod{pred}); progress != nil {
 		s.status.Handover = progress
-		msg += fmt.Sprintf("; pod %s terminating since %s with a %ds grace period", progress.WaitingFor,
-			progress.TerminatingSince.UTC().Format(time.RFC3339), progress.GracePeriodSeconds)
+		msg = withGraceProgress(s, msg, progress, now)
 	}
 	setCondition(s.status, s.ss, singletonv1.ConditionReady, metav1.ConditionFalse, singletonv1.ReasonWaitingForOldPod, msg)
 	s.status.Message = msg
@@ -132,7 +131,7 @@ func (r *Reconciler) settleStartOnExit(ctx context.Context, s *scope) (reconcile
 		return reconcile.Result{}, nil
 	}
 	if pred := s.pods.blockingPod(cond.PodUID); pred != nil {
-		reportStartOnExit(s, pod, pred)
+		reportStartOnExit(s, pod, pred, now)
 		return r.checkDeadline(s, now), nil
 	}
 	if !slices.ContainsFunc(s.pods.all, func(p *corev1.Pod) bool { return p.UID == cond.PodUID }) {
