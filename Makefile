@@ -116,7 +116,7 @@ bench: tools images ## Measure every operator beside a baseline in the same run 
 .PHONY: chaos
 chaos: tools images images-next ## Randomized fault campaigns with the invariant checkers (CHAOS_SCALE, CHAOS_SEED); writes BENCHMARKS.md.
 	rm -f $(BENCH_OUT)/chaos.jsonl
-	cd e2e && status=0 && { CHAOS_SCALE=$(CHAOS_SCALE) E2E_SHARED_CLUSTER=1 go test -p 1 -count=1 -tags e2e -timeout 0 -v -run '^TestChaos' ./... 2>&1 | tee $(CACHE)/chaos.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|chaos:|$(TESTIFY_LINES)' || status=$${PIPESTATUS[0]}; }; \
+	cd e2e && status=0 && { CHAOS_SCALE=$(CHAOS_SCALE) E2E_SHARED_CLUSTER=1 go test -p 1 -parallel 12 -count=1 -tags e2e -timeout 0 -v -run '^TestChaos' ./... 2>&1 | tee $(CACHE)/chaos.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|chaos:|$(TESTIFY_LINES)' || status=$${PIPESTATUS[0]}; }; \
 	  go run ./cmd/e2edown || status=1; exit $$status
 	cd e2e && go run ./cmd/benchreport -file $(ROOT)/BENCHMARKS.md -section chaos -command "make chaos CHAOS_SCALE=$(CHAOS_SCALE)"
 

@@ -125,7 +125,9 @@ func (c *Campaign) TimeUp() bool {
 // ParallelRounds runs about total operations as rounds of parallel subtests, each with a namespace
 // of its own: run does n operations with its own random source and returns the violations its
 // checkers counted. The API server restarts between two rounds (the checkers' watches end with it,
-// so each round attaches new ones); CHAOS_SCALE adds parallel namespaces (up to 12) and rounds.
+// so each round attaches new ones); CHAOS_SCALE adds parallel namespaces (up to 12) and rounds. The
+// namespaces run as parallel subtests, so go test's -parallel (GOMAXPROCS by default) caps how many run
+// at once: `make chaos` passes -parallel 12.
 func (c *Campaign) ParallelRounds(t *testing.T, total int, name string, run func(t *testing.T, c *Campaign, rng *rand.Rand, n int) int) int {
 	parallel := min(12, 1+int(c.run.Scale+4)/5)
 	rounds := 1 + c.APIRestarts()
