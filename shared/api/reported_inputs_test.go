@@ -361,4 +361,12 @@ var extendedReported = []reportedInput{
 		Reason:    "ReasonZoneOutage",
 		Tests:     []string{extendedPkg + "TestZoneOutage"},
 	},
+	{
+		Case:      "spec.reloadKeys naming a ConfigMap or Secret the pod template does not reference (a typo: the entry narrows nothing)",
+		Condition: "none (nothing waits on it)",
+		Event:     "Warning ReloadKeysUnused (names the entries)",
+		Kstatus:   "Current",
+		Reason:    "ReasonReloadKeysUnused",
+		Tests:     []string{extendedPkg + "TestReloadKeys"},
+	},
 }

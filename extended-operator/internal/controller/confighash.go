@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -98,10 +99,12 @@ func referencedNames(ests *extendedv1alpha1.ExtendedStatefulSet, kind string) []
 	return names
 }
 
-// configHash is the keyed hash of the referenced data, and the non-optional references that do not exist.
+// configHash is the keyed hash of the referenced data, the non-optional references that do not exist,
+// and the spec.reloadKeys entries that name no reference.
 type configHash struct {
 	hash    string
 	missing []string // "ConfigMap/name"
+	unused  []string // "ConfigMap/name"
 }
 
 // computeConfigHash reads every referenced ConfigMap and Secret and hashes their data (data and binaryData;
@@ -127,9 +130,15 @@ func computeConfigHash(ctx context.Context, c client.Reader, key []byte, ests *e
 			write(string(data[k]))
 		}
 	}
+	selected := map[string][]string{} // "Kind/name" -> the keys that count (spec.reloadKeys)
+	for _, rk := range ests.Spec.ReloadKeys {
+		selected[rk.Kind+"/"+rk.Name] = rk.Keys
+	}
 	for _, ref := range references(&ests.Spec.Template.Spec.Template.Spec) {
 		write(ref.kind)
 		write(ref.name)
+		keys, narrowed := selected[ref.kind+"/"+ref.name]
+		delete(selected, ref.kind+"/"+ref.name)
 		key := client.ObjectKey{Namespace: ests.Namespace, Name: ref.name}
 		var data map[string][]byte
 		var err error
@@ -159,11 +168,34 @@ func computeConfigHash(ctx context.Context, c client.Reader, key []byte, ests *e
 			}
 		case err != nil:
 			return configHash{}, fmt.Errorf("reading %s %s: %w", ref.kind, ref.name, err)
+		case narrowed:
+			// A distinct marker, so that narrowing to every key still reads as a different input.
+			write("present, keys selected")
+			writeMap(selectKeys(data, keys))
 		default:
 			write("present")
 			writeMap(data)
 		}
 	}
+	out.unused = slices.Sorted(maps.Keys(selected))
 	out.hash = hex.EncodeToString(mac.Sum(nil))
 	return out, nil
+}
+
+// selectKeys returns the entries of data whose key is one of keys; a ConfigMap's keys carry the "d/"
+// (data) or "b/" (binaryData) prefix computeConfigHash gives them, and either counts.
+func selectKeys(data map[string][]byte, keys []string) map[string][]byte {
+	out := map[string][]byte{}
+	for k, v := range data {
+		bare := k // a Secret's key, or a ConfigMap's with its prefix cut below (keys have no "/")
+		if b, ok := strings.CutPrefix(k, "d/"); ok {
+			bare = b
+		} else if b, ok := strings.CutPrefix(k, "b/"); ok {
+			bare = b
+		}
+		if slices.Contains(keys, bare) {
+			out[k] = v
+		}
+	}
+	return out
 }

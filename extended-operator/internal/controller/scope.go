@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
 )
@@ -82,6 +85,11 @@ func (r *Reconciler) newScope(ctx context.Context, ests *extendedv1alpha1.Extend
 		return s, err
 	}
 	s.missing = cfg.missing
+	if len(cfg.unused) > 0 {
+		// Not an error (the entry narrows nothing), but a typo would restart more than the user meant.
+		r.event(ests, nil, corev1.EventTypeWarning, extendedv1alpha1.ReasonReloadKeysUnused, "Reconcile",
+			"spec.reloadKeys names %s, which the pod template does not reference: the entry has no effect", strings.Join(cfg.unused, ", "))
+	}
 	if ests.Spec.EffectiveUpdateOnEnvChange() {
 		s.wantCfg = cfg.hash
 	}

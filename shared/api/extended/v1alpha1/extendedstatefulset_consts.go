@@ -65,6 +65,9 @@ const (
 	ReasonRolledBack = "RolledBack"
 	// ReasonReferenceNotFound: a referenced ConfigMap or Secret does not exist.
 	ReasonReferenceNotFound = "ReferenceNotFound"
+	// ReasonReloadKeysUnused (Event): spec.reloadKeys names a ConfigMap or Secret the pod template does
+	// not reference, so the entry narrows nothing.
+	ReasonReloadKeysUnused = "ReloadKeysUnused"
 	// ReasonPodsNotReady: some pods are not Ready (yet).
 	ReasonPodsNotReady = "PodsNotReady"
 	// ReasonZoneOutage: a zone has no Ready node.

@@ -44,6 +44,19 @@ type ExtendedStatefulSetSpec struct {
 	// +optional
 	UpdateOnConfigChange *bool `json:"updateOnConfigChange,omitempty"`
 
+	// reloadKeys narrows, per referenced ConfigMap or Secret, which data keys restart the pods (with
+	// updateOnEnvChange): a workload that reloads the rest of its configuration by itself lists here
+	// only the keys it cannot reload. An object not listed counts whole, as before; a listed one counts
+	// only the keys named (a key being added or removed counts as a change). Changing this list can
+	// change the config hash and so roll the pods once. An entry naming an object the template does not
+	// reference is reported with a Warning Event (ReloadKeysUnused).
+	// +optional
+	// +listType=map
+	// +listMapKey=kind
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	ReloadKeys []ReloadKeys `json:"reloadKeys,omitempty"`
+
 	// updateStrategy tunes versioned upgrades: each template change is a new version, deployed as its own
 	// StatefulSet beside the running one; canaries pods of it come up first, then the rest, and lower
 	// versions are deleted once it runs.
@@ -148,6 +161,29 @@ type UpdateStrategy struct {
 	// +kubebuilder:default="2s"
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) <= duration('1h')",message="spec.updateStrategy.configChangeQuietPeriod must be a duration between 0s and 1h, e.g. 2s"
 	ConfigChangeQuietPeriod *metav1.Duration `json:"configChangeQuietPeriod,omitempty"`
+}
+
+// ReloadKeys names the data keys of one referenced ConfigMap or Secret whose change restarts the pods.
+type ReloadKeys struct {
+	// kind is ConfigMap or Secret.
+	// +required
+	// +kubebuilder:validation:Enum=ConfigMap;Secret
+	Kind string `json:"kind"`
+
+	// name is the object's name, as the pod template references it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// keys are the data keys (data or binaryData of a ConfigMap, data of a Secret) whose change restarts
+	// the pods; changes of the object's other keys do not.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	Keys []string `json:"keys"`
 }
 
 // StatefulSetTemplate is a whole StatefulSet as a template: metadata and spec.
