@@ -85,8 +85,8 @@ func chaosConfigChanges(t *testing.T, c *framework.Campaign, lanes *framework.La
 	e := framework.NewESTS("web", 3)
 	referenceConfAndCreds(&e.Spec.Template.Spec.Template.Spec)
 	createESTS(t, ns, e)
-	waitESTSReady(t, ns, "web", 1)
-	framework.WaitRolled(t, ns, "web-v1")
+	waitESTSReadyWithin(t, ns, "web", 1, framework.ChaosLiveness)
+	framework.WaitRolledWithin(t, ns, "web-v1", framework.ChaosLiveness)
 	lanes.Join(ns)
 
 	changes := 0
@@ -129,16 +129,16 @@ func chaosConfigChanges(t *testing.T, c *framework.Campaign, lanes *framework.La
 		}
 		changes += data
 		if data > 0 {
-			require.Eventually(t, func() bool { return rc.rollCount("web-v1") > before }, 3*time.Minute, 20*time.Millisecond, "a roll after change %d", i)
+			require.Eventually(t, func() bool { return rc.rollCount("web-v1") > before }, framework.ChaosLiveness, 20*time.Millisecond, "a roll after change %d", i)
 		} else {
 			// No roll is expected; give the operator its quiet period to (wrongly) make one.
 			framework.SleepRandom(rng, 2500*time.Millisecond, 3500*time.Millisecond)
 		}
-		framework.WaitRolled(t, ns, "web-v1")
+		framework.WaitRolledWithin(t, ns, "web-v1", framework.ChaosLiveness)
 		c.Op(1)
 	}
 	lanes.Leave(ns) // no more force deletes here: what the checker counts below is final
-	framework.WaitRolled(t, ns, "web-v1")
+	framework.WaitRolledWithin(t, ns, "web-v1", framework.ChaosLiveness)
 	planned := plannedRestarts(rc, "web-v1", forced.snapshot(), dd)
 	s, left := rc.spurious("web-v1", 3, changes, planned)
 	t.Logf("chaos extended %s: %d rolls for %d data changes, %d spurious restarts (%d restarts caused by force deletes of running pods; %d force-deleted pods left out)",
@@ -205,18 +205,26 @@ func plannedRestarts(rc *restartChecker, sts string, forced map[string]bool, dd 
 	return n
 }
 
-// doubleDeletes recognises the known leftover of kwok's pod-delete stage (it deletes by name, without a
-// UID precondition, and sometimes runs twice): a pod whose deletion starts within doubleDeleteWindow of
-// its creation, created within doubleDeleteWindow after a pod of the same name was removed. Nothing in
-// the operator deletes pods like that; the StatefulSet controller then creates the pod once more.
+// doubleDeletes recognises the known leftover of kwok's pod-delete stage: it deletes by name with grace
+// period 0 and no UID precondition, and a late second run removes the brand-new pod of the same name
+// that the StatefulSet controller made. Two signatures, either one makes a victim:
+//   - the pod vanished without a graceful phase (no watch event ever showed its deletionTimestamp).
+//     Nothing else here deletes pods with grace 0 except the campaign's own force deletes (counted
+//     apart): the StatefulSet controller and the operator delete gracefully, and kwok finishes those.
+//     On a loaded machine kwok's second runs come seconds late, so the window below misses them;
+//   - its deletion started within doubleDeleteWindow of its creation, and it was created within
+//     doubleDeleteWindow after a pod of the same name was removed.
+//
+// The StatefulSet controller then creates the pod once more.
 type doubleDeletes struct {
-	mu      sync.Mutex
-	gone    map[string]time.Time // pod name -> when its last UID was removed
-	created map[string]time.Time // UID -> first seen
-	after   map[string]bool      // UID created right after a same-name pod was removed
-	victims map[string]bool      // UIDs deleted by the simulator's second run
-	byName  map[string][]string  // pod name -> UIDs in the order seen
-	rev     map[string]string    // UID -> controller-revision-hash
+	mu       sync.Mutex
+	gone     map[string]time.Time // pod name -> when its last UID was removed
+	created  map[string]time.Time // UID -> first seen
+	after    map[string]bool      // UID created right after a same-name pod was removed
+	graceful map[string]bool      // UIDs seen with a deletionTimestamp
+	victims  map[string]bool      // UIDs deleted by the simulator's second run
+	byName   map[string][]string  // pod name -> UIDs in the order seen
+	rev      map[string]string    // UID -> controller-revision-hash
 }
 
 // confirmed returns the victims whose successor (the next pod of the same name) has the same
@@ -241,8 +249,8 @@ const doubleDeleteWindow = 2 * time.Second
 // watchDoubleDeletes starts the recogniser for the pods of ns (in a slice, to append to).
 func watchDoubleDeletes(t *testing.T, ns string) []*doubleDeletes {
 	t.Helper()
-	d := &doubleDeletes{gone: map[string]time.Time{}, created: map[string]time.Time{}, after: map[string]bool{}, victims: map[string]bool{},
-		byName: map[string][]string{}, rev: map[string]string{}}
+	d := &doubleDeletes{gone: map[string]time.Time{}, created: map[string]time.Time{}, after: map[string]bool{}, graceful: map[string]bool{},
+		victims: map[string]bool{}, byName: map[string][]string{}, rev: map[string]string{}}
 	w, err := framework.Clientset.CoreV1().Pods(ns).Watch(t.Context(), metav1.ListOptions{})
 	require.NoError(t, err)
 	t.Cleanup(w.Stop)
@@ -264,7 +272,13 @@ func watchDoubleDeletes(t *testing.T, ns string) []*doubleDeletes {
 			if (pod.DeletionTimestamp != nil || ev.Type == watch.Deleted) && d.after[uid] && now.Sub(d.created[uid]) < doubleDeleteWindow {
 				d.victims[uid] = true
 			}
+			if pod.DeletionTimestamp != nil && ev.Type != watch.Deleted {
+				d.graceful[uid] = true
+			}
 			if ev.Type == watch.Deleted {
+				if !d.graceful[uid] {
+					d.victims[uid] = true // grace 0: kwok's stray delete, or a campaign force delete (counted anyway)
+				}
 				d.gone[pod.Name] = now
 			}
 			d.mu.Unlock()

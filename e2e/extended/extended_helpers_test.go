@@ -63,19 +63,31 @@ func updateESTS(t *testing.T, ns, name string, mutate func(*extendedv1alpha1.Ext
 // waitESTS waits until cond holds for the ExtendedStatefulSet.
 func waitESTS(t *testing.T, ns, name string, cond func(c *assert.CollectT, e *extendedv1alpha1.ExtendedStatefulSet), msg string) {
 	t.Helper()
+	waitESTSWithin(t, ns, name, framework.Timeout, cond, msg)
+}
+
+// waitESTSWithin is waitESTS with its own bound.
+func waitESTSWithin(t *testing.T, ns, name string, within time.Duration, cond func(c *assert.CollectT, e *extendedv1alpha1.ExtendedStatefulSet), msg string) {
+	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		e, err := fetchESTS(t.Context(), ns, name)
 		if !assert.NoError(c, err) {
 			return
 		}
 		cond(c, e)
-	}, framework.Timeout, framework.Tick, msg)
+	}, within, framework.Tick, msg)
 }
 
 // waitESTSReady waits for condition Ready=True with the given version serving alone.
 func waitESTSReady(t *testing.T, ns, name string, version int) {
 	t.Helper()
-	waitESTS(t, ns, name, func(c *assert.CollectT, e *extendedv1alpha1.ExtendedStatefulSet) {
+	waitESTSReadyWithin(t, ns, name, version, framework.Timeout)
+}
+
+// waitESTSReadyWithin is waitESTSReady with its own bound.
+func waitESTSReadyWithin(t *testing.T, ns, name string, version int, within time.Duration) {
+	t.Helper()
+	waitESTSWithin(t, ns, name, within, func(c *assert.CollectT, e *extendedv1alpha1.ExtendedStatefulSet) {
 		assert.Equal(c, map[string]bool{strconv.Itoa(version): true}, e.Status.Versions)
 		assert.Equal(c, metav1.ConditionTrue, estsCondition(e, extendedv1alpha1.ConditionReady), "Ready")
 	}, fmt.Sprintf("%s Ready at version %d", name, version))

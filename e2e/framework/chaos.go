@@ -69,6 +69,11 @@ func chaosScale(t *testing.T) float64 {
 	return v
 }
 
+// ChaosLiveness bounds a campaign's waits (a roll, a workload getting Ready): faults go on meanwhile,
+// the operator is down for seconds at a time and the machine runs twelve namespaces at once, so this
+// is a liveness bound, not a measurement.
+const ChaosLiveness = 10 * time.Minute
+
 // Campaign is one running chaos campaign: its random sources, its counters and its record.
 type Campaign struct {
 	t     *testing.T

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,6 +66,12 @@ func BumpTemplate(t *testing.T, ns, name, value string) {
 // WaitRolled waits until the StatefulSet runs its current template on every pod, all Ready.
 func WaitRolled(t *testing.T, ns, name string) {
 	t.Helper()
+	WaitRolledWithin(t, ns, name, Timeout)
+}
+
+// WaitRolledWithin is WaitRolled with its own bound (a campaign's ChaosLiveness).
+func WaitRolledWithin(t *testing.T, ns, name string, within time.Duration) {
+	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		sts, err := FetchStatefulSet(t.Context(), ns, name)
 		if !assert.NoError(c, err) || !assert.NotNil(c, sts) {
@@ -76,7 +83,7 @@ func WaitRolled(t *testing.T, ns, name string) {
 		assert.Equal(c, n, st.ReadyReplicas)
 		assert.Equal(c, n, st.UpdatedReplicas)
 		assert.Equal(c, st.UpdateRevision, st.CurrentRevision)
-	}, Timeout, Tick, "StatefulSet %s rolled", name)
+	}, within, Tick, "StatefulSet %s rolled", name)
 }
 
 // FetchStatefulSet returns a StatefulSet (nil, nil when it does not exist).

@@ -132,5 +132,5 @@ func waitRolledOut(t *testing.T, ns string, replicas int32) {
 		}
 		phase, _ := rolloutPhase(t, ns, "pr")
 		assert.Equal(col, "Updated", phase)
-	}, 10*time.Minute, framework.Tick, "rollout of web done")
+	}, framework.ChaosLiveness, framework.Tick, "rollout of web done")
 }
