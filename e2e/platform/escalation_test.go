@@ -17,6 +17,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -168,7 +169,10 @@ spec:
 		if id.name == "lease-operator" {
 			// Its pod patches are limited to its role labels and annotations.
 			id.attempts = append(id.attempts, patchTry("change a pod label that is not its role's (app)", "retarget the Services that select on it",
-				collection("/api/v1/namespaces/"+ns+"/pods"), pod.Name, `{"metadata":{"labels":{"app":"hijacked"}}}`))
+				collection("/api/v1/namespaces/"+ns+"/pods"), pod.Name, `{"metadata":{"labels":{"app":"hijacked"}}}`),
+				// Its EndpointSlices are those of its locks' Services only (lease-operator-endpointslice-writes).
+				createTry("create an EndpointSlice for the API server's Service", "route the cluster's API traffic to an address of its choosing",
+					"/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", leaseSlice("kubernetes-probe", "kubernetes")))
 		}
 		if id.name == "rollout-operator" {
 			// It patches StatefulSets (the partition, its annotation, a template rollback): never in
@@ -262,6 +266,8 @@ spec:
 			patchTry("label a pod with its role label "+leasev1.RoleLabel, "the writer/reader role Services select on",
 				collection("/api/v1/namespaces/"+ns+"/pods"), pod.Name, fmt.Sprintf(`{"metadata":{"labels":{%q:%q,%q:"lock"}}}`, leasev1.RoleLabel, leasev1.RoleReader, leasev1.LockLabel)),
 			leaderLeaseTry("lease-operator-system", "lease-operator.app.anukkrit.me"),
+			createTry("create the EndpointSlice of a lock's writer Service, owned by the StatefulSetLock", "spec.services.endpoints: Operator",
+				"/apis/discovery.k8s.io/v1/namespaces/"+ns+"/endpointslices", leaseSlice("probe-rw", "probe-rw")),
 		},
 		"rollout-operator": {
 			attempt("bind its Secret reader to itself where a PhasedRollout names a Secret", "reads the PhasedRollout's credentials Secret", func(ctx context.Context, c kubernetes.Interface) error {
@@ -621,6 +627,18 @@ func leaderLeaseTry(ns, name string) try {
 func labelled[T metav1.Object](obj T, key, value string) T {
 	obj.SetLabels(map[string]string{key: value})
 	return obj
+}
+
+// leaseSlice is an EndpointSlice as the lease-operator writes them for the Service of StatefulSetLock
+// "probe" (label, controller reference, managed-by), here for the Service service.
+func leaseSlice(name, service string) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: owner("app.anukkrit.me/v1", "StatefulSetLock"), Labels: map[string]string{
+			leasev1.LockLabel: "probe", discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: "lease-operator.app.anukkrit.me"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"203.0.113.7"},
+			TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "probe-0"}}},
+	}
 }
 
 func owner(apiVersion, kind string) []metav1.OwnerReference {

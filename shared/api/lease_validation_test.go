@@ -109,6 +109,7 @@ func lockBadInputs() []badInput {
 		{"services port names not unique", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{name: pg, port: 5432}, {name: pg, port: 80}]}}", []string{"port names must be unique"}},
 		{"services ports duplicate", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{name: a, port: 5432}, {name: b, port: 5432}]}}", []string{"spec.services.ports[1]", "Duplicate value"}},
 		{"metadata.name with a dot and services", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{port: 5432}]}}", []string{"with spec.services, metadata.name must be a DNS label"}},
+		{"services endpoints neither Selector nor Operator", "{statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30, services: {ports: [{port: 5432}], endpoints: Endpoints}}", []string{"spec.services.endpoints", "Unsupported value"}},
 	}
 	out := make([]badInput, 0, len(tests))
 	for _, tt := range tests {

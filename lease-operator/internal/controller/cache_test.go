@@ -14,7 +14,7 @@ import (
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 )
 
-// The cache holds the pods of StatefulSets and the locks' Leases and Services only, slim pods and
+// The cache holds the pods of StatefulSets and the locks' Leases, Services and EndpointSlices only, slim pods and
 // nodes, and StatefulSets as metadata.
 func TestCacheOptionsScopeEachKind(t *testing.T) {
 	var o cache.Options
@@ -27,8 +27,8 @@ func TestCacheOptionsScopeEachKind(t *testing.T) {
 		}
 		by[fmt.Sprintf("%T", obj)] = b
 	}
-	require.Len(t, by, 5)
-	pods, leases, nodes, services := by["*v1.Pod"], by["*v1.Lease"], by["*v1.Node"], by["*v1.Service"]
+	require.Len(t, by, 6)
+	pods, leases, nodes, services, slices := by["*v1.Pod"], by["*v1.Lease"], by["*v1.Node"], by["*v1.Service"], by["*v1.EndpointSlice"]
 	require.NotNil(t, pods.Label)
 	assert.True(t, pods.Label.Matches(labels.Set{appsv1.StatefulSetPodNameLabel: "db-0"}))
 	assert.False(t, pods.Label.Matches(labels.Set{"app": "db"}), "a pod of no StatefulSet is not cached")
@@ -40,5 +40,8 @@ func TestCacheOptionsScopeEachKind(t *testing.T) {
 	require.NotNil(t, services.Label)
 	assert.True(t, services.Label.Matches(labels.Set{leasev1.LockLabel: "lock"}))
 	assert.False(t, services.Label.Matches(labels.Set{"app": "db"}), "a Service of no lock is not cached")
+	require.NotNil(t, slices.Label)
+	assert.True(t, slices.Label.Matches(labels.Set{leasev1.LockLabel: "lock"}))
+	assert.False(t, slices.Label.Matches(labels.Set{"kubernetes.io/service-name": "web"}), "an EndpointSlice of no lock is not cached")
 	assert.Contains(t, by, "metadata StatefulSet")
 }

@@ -29,6 +29,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -64,8 +65,9 @@ const (
 
 // Reconciler reconciles StatefulSetLocks.
 //
-// Its Client writes pods, Leases and locks; its Cache holds StatefulSetLocks, pods, nodes, Leases and
-// StatefulSet metadata as CacheOptions scoped them; its APIReader reads Leases.
+// Its Client writes pods, Leases, locks and the locks' Services and EndpointSlices; its Cache holds
+// StatefulSetLocks, pods, nodes, Leases, the locks' Services and EndpointSlices and StatefulSet metadata
+// as CacheOptions scoped them; its APIReader reads Leases.
 type Reconciler struct {
 	opsutil.Access
 
@@ -116,6 +118,10 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		WatchesRawSource(source.Kind(cached, &corev1.Service{}, handler.TypedEnqueueRequestForOwner[*corev1.Service](
 			mgr.GetScheme(), mgr.GetRESTMapper(), &leasev1.StatefulSetLock{}, handler.OnlyControllerOwner()),
 			opsutil.IgnoreOwnWrites[*corev1.Service](r.writes))).
+		// Likewise for its EndpointSlices (spec.services.endpoints: Operator).
+		WatchesRawSource(source.Kind(cached, &discoveryv1.EndpointSlice{}, handler.TypedEnqueueRequestForOwner[*discoveryv1.EndpointSlice](
+			mgr.GetScheme(), mgr.GetRESTMapper(), &leasev1.StatefulSetLock{}, handler.OnlyControllerOwner()),
+			opsutil.IgnoreOwnWrites[*discoveryv1.EndpointSlice](r.writes))).
 		WatchesRawSource(source.Kind(cached, &corev1.Node{}, r.nodeHandler(), r.nodePredicate())).
 		// A lock's deletion wakes the younger locks naming its StatefulSet (StatefulSetConflict): the
 		// next in line takes over at once, not at its next retry.

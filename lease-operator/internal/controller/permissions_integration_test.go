@@ -3,6 +3,7 @@
 package controller
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -61,7 +63,8 @@ func foreignLease(ns, name string, lock *leasev1.StatefulSetLock) *coordinationv
 
 // TestShippedPermissionsLetTheOperatorWriteOnlyItsLeases impersonates the lease-operator's
 // ServiceAccount under deploy/lease-operator.yaml's RBAC and policies (server-side dry-run): its own
-// writes pass, every Lease it does not own and every other change of a pod is refused, and the
+// writes pass, every Lease, Service and EndpointSlice it does not own, a slice for another Service or
+// routing to something other than a pod of its namespace, and every other change of a pod is refused, and the
 // cluster admin's identical writes still pass (the policies bind only the operator).
 func TestShippedPermissionsLetTheOperatorWriteOnlyItsLeases(t *testing.T) {
 	ctx := t.Context()
@@ -133,8 +136,54 @@ func TestShippedPermissionsLetTheOperatorWriteOnlyItsLeases(t *testing.T) {
 		}
 	}
 
+	lockSlice := func(namespace, name string, lock *leasev1.StatefulSetLock, mutate ...func(*discoveryv1.EndpointSlice)) *discoveryv1.EndpointSlice {
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{
+				discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: endpointSliceManagedBy}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.10"},
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: namespace, Name: "db-0"}}},
+			Ports: []discoveryv1.EndpointPort{{Name: ptr.To(""), Port: ptr.To[int32](5432)}},
+		}
+		if lock != nil {
+			owner := foreignLease(namespace, name, lock)
+			slice.OwnerReferences = owner.OwnerReferences
+			slice.Labels[leasev1.LockLabel] = lock.Name
+		}
+		for _, m := range mutate {
+			m(slice)
+		}
+		return slice
+	}
+	createSlice := func(slice *discoveryv1.EndpointSlice) func(client.Client) error {
+		return func(c client.Client) error { return c.Create(ctx, slice.DeepCopy(), client.DryRunAll) }
+	}
+	ownedSlice := lockSlice(ns, "db-rw", lock)
+	require.NoError(t, suite.Client.Create(ctx, ownedSlice))
+	otherSlice := lockSlice(ns, "web", nil, func(s *discoveryv1.EndpointSlice) {
+		s.Labels[discoveryv1.LabelManagedBy] = "endpointslice-controller.k8s.io"
+	})
+	require.NoError(t, suite.Client.Create(ctx, otherSlice))
+	// The endpointslice-writes policy is enforced a moment after the others, maybe.
+	require.Eventually(t, func() bool {
+		err := createSlice(lockSlice("kube-system", "db-rw", lock))(as)
+		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
+	}, testsupport.PolicyWait, 200*time.Millisecond, "the endpointslice-writes policy is never enforced")
+	patchSlice := func(slice *discoveryv1.EndpointSlice, patch string) func(client.Client) error {
+		return func(c client.Client) error {
+			return c.Patch(ctx, slice.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(patch)), client.DryRunAll)
+		}
+	}
+
 	allowed := map[string]func(client.Client) error{
-		"create a lock's writer Service": createService(lockService(ns, "db-rw-2", lock)),
+		"create a lock's Service without a selector": createService(lockService(ns, "db-rw-3", lock, func(s *corev1.Service) { s.Spec.Selector = nil })),
+		"create a lock's writer EndpointSlice": createSlice(lockSlice(ns, "db-rw-2", lock, func(s *discoveryv1.EndpointSlice) {
+			s.Labels[discoveryv1.LabelServiceName] = "db-rw"
+		})),
+		"create a lock's reader EndpointSlice": createSlice(lockSlice(ns, "db-ro", lock)),
+		"empty a lock's EndpointSlice":         patchSlice(ownedSlice, `{"endpoints":[]}`),
+		"delete a lock's EndpointSlice":        func(c client.Client) error { return c.Delete(ctx, ownedSlice.DeepCopy(), client.DryRunAll) },
+		"create a lock's writer Service":       createService(lockService(ns, "db-rw-2", lock)),
 		"create a lock's reader Service": createService(lockService(ns, "db-ro", lock, func(s *corev1.Service) {
 			s.Spec.Selector[leasev1.RoleLabel] = leasev1.RoleReader
 		})),
@@ -191,8 +240,24 @@ func TestShippedPermissionsLetTheOperatorWriteOnlyItsLeases(t *testing.T) {
 		"take a Service over by labelling it": updateService(otherSvc, func(s *corev1.Service) {
 			s.Labels, s.OwnerReferences = ownedSvc.Labels, ownedSvc.OwnerReferences
 		}),
-		"retarget a lock's Service at another app": updateService(ownedSvc, func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} }),
-		"delete an unlabelled Service":             func(c client.Client) error { return c.Delete(ctx, otherSvc.DeepCopy(), client.DryRunAll) },
+		"retarget a lock's Service at another app":            updateService(ownedSvc, func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "web"} }),
+		"delete an unlabelled Service":                        func(c client.Client) error { return c.Delete(ctx, otherSvc.DeepCopy(), client.DryRunAll) },
+		"create a kube-system EndpointSlice that looks owned": createSlice(lockSlice("kube-system", "db-rw", lock)),
+		"create an EndpointSlice for another app's Service": createSlice(lockSlice(ns, "db-rw-steal", lock, func(s *discoveryv1.EndpointSlice) {
+			s.Labels[discoveryv1.LabelServiceName] = "web"
+		})),
+		"create an unlabelled EndpointSlice": createSlice(lockSlice(ns, "db-rw-unowned", nil)),
+		"create a lock's EndpointSlice as kube-controller-manager's": createSlice(lockSlice(ns, "db-rw-kcm", lock, func(s *discoveryv1.EndpointSlice) {
+			s.Labels[discoveryv1.LabelManagedBy] = "endpointslice-controller.k8s.io"
+		})),
+		"route a lock's EndpointSlice to something that is not a pod": patchSlice(ownedSlice,
+			`{"endpoints":[{"addresses":["203.0.113.7"],"targetRef":{"kind":"Node","name":"node-a"}}]}`),
+		"route a lock's EndpointSlice to another namespace's pod": patchSlice(ownedSlice,
+			`{"endpoints":[{"addresses":["10.0.0.11"],"targetRef":{"kind":"Pod","namespace":"kube-system","name":"etcd"}}]}`),
+		"take an EndpointSlice over by labelling it": patchSlice(otherSlice, fmt.Sprintf(
+			`{"metadata":{"labels":{%q:"db","kubernetes.io/service-name":"db-rw","endpointslice.kubernetes.io/managed-by":%q},"ownerReferences":[{"apiVersion":"app.anukkrit.me/v1","kind":"StatefulSetLock","name":"db","uid":%q,"controller":true}]}}`,
+			leasev1.LockLabel, endpointSliceManagedBy, lock.UID)),
+		"delete another app's EndpointSlice": func(c client.Client) error { return c.Delete(ctx, otherSlice.DeepCopy(), client.DryRunAll) },
 	}
 	refused := 0
 	for name, write := range escalations {

@@ -59,6 +59,9 @@ type scope struct {
 	transitions int32
 	// switchoverPending says why a switchover the annotation asks for waits ("" when none waits).
 	switchoverPending string
+	// writerUnrouted says this reconcile emptied the writer's EndpointSlice (unrouteWriter): the cache
+	// still shows what was there before.
+	writerUnrouted bool
 	// failoverReason is set when the writer changed in this reconcile.
 	failoverReason string
 	failoverTime   time.Time
@@ -179,6 +182,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 		return err
 	}
 	s.step(r.Clock.Now(), "fence")
+	// Routing leaves the old writer before its label does (spec.services.endpoints: Operator).
+	if err := r.unrouteWriter(ctx, s); err != nil {
+		return err // nobody is demoted or promoted
+	}
 	if err := r.demotePods(ctx, s); err != nil {
 		return err // nothing below runs: nobody is promoted
 	}
@@ -190,12 +197,19 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	if err := r.promoteWriter(ctx, s); err != nil {
 		return err
 	}
+	// Routing reaches the new writer once its label does, in the same step.
+	if err := r.routeWriter(ctx, s); err != nil {
+		return err
+	}
 	s.step(r.Clock.Now(), "promote")
 	r.recordFailover(ctx, s)
 	if err := r.endSwitchover(ctx, s); err != nil {
 		return err
 	}
 	if err := r.reconcileServices(ctx, s.lock); err != nil {
+		return err
+	}
+	if err := r.reconcileSlices(ctx, s); err != nil {
 		return err
 	}
 	r.schedule(s)
@@ -510,6 +524,10 @@ func (r *Reconciler) reconcileGone(ctx context.Context, key types.NamespacedName
 	var pods corev1.PodList
 	if err := r.APIReader.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabels{leasev1.LockLabel: key.Name}); err != nil {
 		return fmt.Errorf("listing the pods of deleted StatefulSetLock %s: %w", key.Name, err)
+	}
+	// The slices go first: the writer's never names a pod that is not labelled writer.
+	if err := r.deleteGoneSlices(ctx, key); err != nil {
+		return err
 	}
 	var errs []error // one pod that cannot be patched does not hold the others back
 	for i := range pods.Items {

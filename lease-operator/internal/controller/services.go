@@ -21,8 +21,10 @@ import (
 
 // Writer and reader Services (spec.services, SL-11): <lock>-rw selects the pod labelled writer by the
 // lock, <lock>-ro the pods labelled reader; both are ClusterIP Services the lock controls. They select
-// on the role labels the election writes, so routing moves in the same API write as the label. The
-// admission policy config/policy/services.yaml admits only such Services from the operator.
+// on the role labels the election writes, so routing moves in the same API write as the label; with
+// spec.services.endpoints: Operator they select nothing and the operator writes their EndpointSlices
+// (endpointslices.go). The admission policy config/policy/services.yaml admits only such Services from
+// the operator.
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;delete
 
 // Service name suffixes.
@@ -36,6 +38,27 @@ func desiredServices(lock *leasev1.StatefulSetLock) []*corev1.Service {
 	if lock.Spec.Services == nil {
 		return nil
 	}
+	out := make([]*corev1.Service, 0, 2)
+	for suffix, role := range map[string]string{writerServiceSuffix: leasev1.RoleWriter, readerServiceSuffix: leasev1.RoleReader} {
+		var selector map[string]string // none with endpoints: Operator, which writes their EndpointSlices
+		if !operatorEndpoints(lock) {
+			selector = map[string]string{leasev1.LockLabel: lock.Name, leasev1.RoleLabel: role}
+		}
+		out = append(out, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: lock.Name + suffix, Namespace: lock.Namespace, Labels: map[string]string{leasev1.LockLabel: lock.Name}},
+			Spec: corev1.ServiceSpec{
+				Type:     corev1.ServiceTypeClusterIP,
+				Selector: selector,
+				Ports:    servicePorts(lock),
+			},
+		})
+	}
+	slices.SortFunc(out, func(a, b *corev1.Service) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// servicePorts are the ports of the lock's Services.
+func servicePorts(lock *leasev1.StatefulSetLock) []corev1.ServicePort {
 	var ports []corev1.ServicePort
 	for _, p := range lock.Spec.Services.Ports {
 		target := p.TargetPort
@@ -44,19 +67,7 @@ func desiredServices(lock *leasev1.StatefulSetLock) []*corev1.Service {
 		}
 		ports = append(ports, corev1.ServicePort{Name: p.Name, Port: p.Port, TargetPort: intstr.FromInt32(target), Protocol: corev1.ProtocolTCP})
 	}
-	out := make([]*corev1.Service, 0, 2)
-	for suffix, role := range map[string]string{writerServiceSuffix: leasev1.RoleWriter, readerServiceSuffix: leasev1.RoleReader} {
-		out = append(out, &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: lock.Name + suffix, Namespace: lock.Namespace, Labels: map[string]string{leasev1.LockLabel: lock.Name}},
-			Spec: corev1.ServiceSpec{
-				Type:     corev1.ServiceTypeClusterIP,
-				Selector: map[string]string{leasev1.LockLabel: lock.Name, leasev1.RoleLabel: role},
-				Ports:    ports,
-			},
-		})
-	}
-	slices.SortFunc(out, func(a, b *corev1.Service) int { return cmp.Compare(a.Name, b.Name) })
-	return out
+	return ports
 }
 
 // reconcileServices makes the lock's Services what spec.services asks for: created, corrected (selector,
@@ -90,21 +101,23 @@ func (r *Reconciler) applyService(ctx context.Context, lock *leasev1.StatefulSet
 	got := &corev1.Service{}
 	err := r.Cache.Get(ctx, client.ObjectKeyFromObject(want), got)
 	if apierrors.IsNotFound(err) {
-		if err := controllerutil.SetControllerReference(lock, want, r.Client.Scheme()); err != nil {
-			return err
-		}
-		if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating Service %s: %w", want.Name, err)
-		}
-		r.writes.Wrote(want)
-		ctrl.LoggerFrom(ctx).Info("Created a Service", "service", want.Name)
-		return nil
+		return r.createService(ctx, lock, want)
 	}
 	if err != nil {
 		return fmt.Errorf("reading Service %s: %w", want.Name, err)
 	}
 	if !metav1.IsControlledBy(got, lock) {
 		return fmt.Errorf("Service %s exists and is not owned by this StatefulSetLock; it is left untouched", want.Name)
+	}
+	if (len(got.Spec.Selector) == 0) != (len(want.Spec.Selector) == 0) {
+		// Who fills the endpoints changes (spec.services.endpoints): a new Service. Removing the selector
+		// of the old one may leave kube-controller-manager's EndpointSlices of it in place (its
+		// controller returns early for a Service without a selector); those of a deleted Service go with
+		// it (the garbage collector). The operator's own go in reconcileSlices.
+		if err := r.deleteService(ctx, got); err != nil {
+			return err
+		}
+		return r.createService(ctx, lock, want)
 	}
 	if got.Spec.Type == want.Spec.Type && maps.Equal(got.Spec.Selector, want.Spec.Selector) && samePorts(got.Spec.Ports, want.Spec.Ports) &&
 		got.Labels[leasev1.LockLabel] == lock.Name {
@@ -120,6 +133,19 @@ func (r *Reconciler) applyService(ctx context.Context, lock *leasev1.StatefulSet
 		return fmt.Errorf("updating Service %s: %w", want.Name, err)
 	}
 	r.writes.Wrote(updated)
+	return nil
+}
+
+// createService creates the Service, controlled by the lock.
+func (r *Reconciler) createService(ctx context.Context, lock *leasev1.StatefulSetLock, want *corev1.Service) error {
+	if err := controllerutil.SetControllerReference(lock, want, r.Client.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating Service %s: %w", want.Name, err)
+	}
+	r.writes.Wrote(want)
+	ctrl.LoggerFrom(ctx).Info("Created a Service", "service", want.Name)
 	return nil
 }
 

@@ -19,7 +19,8 @@ import (
 
 // SL-11: with spec.services the lock owns <lock>-rw and <lock>-ro, ClusterIP Services whose selectors
 // match exactly the writer and exactly the readers, through a failover; a Service changed by someone
-// else is put back; removing the field deletes them, and so does deleting the lock.
+// else is put back; removing the field deletes them, and so does deleting the lock. The default
+// (endpoints: Selector) writes no EndpointSlice.
 func TestWriterAndReaderServices(t *testing.T) {
 	f := newFixture(t)
 	f.createPods(3)
@@ -62,6 +63,10 @@ func TestWriterAndReaderServices(t *testing.T) {
 	f.setReady("db-0", false)
 	f.waitWriter("db-1", "2")
 	waitRouting("db-1", "db-0", "db-2")
+	// The default (endpoints: Selector) leaves the endpoints to kube-controller-manager: the operator
+	// writes no EndpointSlice (envtest runs no EndpointSlice controller, so there is none at all).
+	assert.Equal(t, leasev1.EndpointsSelector, f.lock("lock").Spec.Services.Endpoints, "the default")
+	assert.Empty(t, f.slices())
 
 	// Someone retargets the writer Service: it is put back.
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -62,13 +62,13 @@ func (r *Reconciler) siblingHandler() handler.TypedEventHandler[*leasev1.Statefu
 	})
 }
 
-// podChanged lets through what can change the election or the labels: readiness, deletion, node, role
-// label and epoch. The operator's own label patches are dropped before it (opsutil.IgnoreOwnWrites).
+// podChanged lets through what can change the election, the labels or the operator-written endpoints:
+// readiness, deletion, node, IP, role label and epoch. The operator's own label patches are dropped before it (opsutil.IgnoreOwnWrites).
 func podChanged() predicate.TypedPredicate[*corev1.Pod] {
 	return predicate.TypedFuncs[*corev1.Pod]{UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Pod]) bool {
 		o, n := e.ObjectOld, e.ObjectNew
 		return opsutil.PodReady(o) != opsutil.PodReady(n) || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
-			o.Spec.NodeName != n.Spec.NodeName ||
+			o.Spec.NodeName != n.Spec.NodeName || o.Status.PodIP != n.Status.PodIP ||
 			o.Labels[leasev1.RoleLabel] != n.Labels[leasev1.RoleLabel] ||
 			o.Annotations[leasev1.WriterEpochAnnotation] != n.Annotations[leasev1.WriterEpochAnnotation]
 	}}

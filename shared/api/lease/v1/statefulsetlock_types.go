@@ -49,8 +49,9 @@ type StatefulSetLockSpec struct {
 	// services, when set, has the operator create two ClusterIP Services it owns, in the lock's
 	// namespace: <lock>-rw selecting the writer (labels app.anukkrit.me/statefulsetlock=<lock>,
 	// sts-role=writer) and <lock>-ro selecting the readers (sts-role=reader), so that a client connects
-	// to the writer without a selector of its own, and routing moves with the writer label. They are
-	// deleted with the lock, or when this field is removed. Unset: no Services (the default).
+	// to the writer without a selector of its own, and routing moves with the writer label (with
+	// endpoints: Operator, the Services have no selector and the operator writes their EndpointSlices).
+	// They are deleted with the lock, or when this field is removed. Unset: no Services (the default).
 	// +optional
 	Services *LockServices `json:"services,omitempty"`
 }
@@ -66,7 +67,28 @@ type LockServices struct {
 	// +listType=map
 	// +listMapKey=port
 	Ports []LockServicePort `json:"ports"`
+
+	// endpoints says who fills the Services' endpoints. Selector (the default): the Services select
+	// the role labels and kube-controller-manager's EndpointSlice controller fills them. Operator: the
+	// Services have no selector and the operator writes their EndpointSlices itself, the writer's in the
+	// same reconcile step as the writer label (emptied before the old writer is demoted, set once the new
+	// one is labelled), so it never holds more than one endpoint. Changing it recreates both Services
+	// (their ClusterIPs change).
+	// +optional
+	// +kubebuilder:default=Selector
+	// +kubebuilder:validation:Enum=Selector;Operator
+	Endpoints ServiceEndpoints `json:"endpoints,omitempty"`
 }
+
+// ServiceEndpoints says who fills the endpoints of a lock's Services.
+type ServiceEndpoints string
+
+const (
+	// EndpointsSelector: the Services select the role labels; the EndpointSlice controller fills them.
+	EndpointsSelector ServiceEndpoints = "Selector"
+	// EndpointsOperator: the Services have no selector; the operator writes their EndpointSlices.
+	EndpointsOperator ServiceEndpoints = "Operator"
+)
 
 // LockServicePort is one port of the writer and reader Services.
 type LockServicePort struct {
