@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/prometheus/client_golang v1.24.0
+	github.com/robfig/cron/v3 v3.0.1
 	github.com/spf13/pflag v1.0.10
 	github.com/statefulops/statefulops/shared v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1

@@ -392,6 +392,18 @@ spec:
 			doc:  withSelector(extendedStatefulSet("ests-bad-key", "", ""), "ests-bad-key", "        matchLabels: {'app name': x}\n"),
 			want: []string{"spec.template.spec.selector.matchLabels", "keys must be label keys"},
 		},
+		"window (updateStrategy.restartWindows) schedule that is not a 5-field cron expression (hour 25)": {
+			doc:  extendedStatefulSet("ests-window-cron", "  updateStrategy:\n    restartWindows: [{schedule: '0 25 * * *', duration: 1h}]\n", ""),
+			want: []string{"spec.updateStrategy.restartWindows[0].schedule", "schedule must be a 5-field cron expression"},
+		},
+		"window (updateStrategy.restartWindows) duration below 1m": {
+			doc:  extendedStatefulSet("ests-window-short", "  updateStrategy:\n    restartWindows: [{schedule: '0 3 * * *', duration: 30s}]\n", ""),
+			want: []string{"spec.updateStrategy.restartWindows[0].duration", "duration must be a duration between 1m and 168h"},
+		},
+		"window (updateStrategy.restartWindows) timeZone that is not a zone name": {
+			doc:  extendedStatefulSet("ests-window-tz", "  updateStrategy:\n    restartWindows: [{schedule: '0 3 * * *', duration: 1h, timeZone: ../etc/passwd}]\n", ""),
+			want: []string{"spec.updateStrategy.restartWindows[0].timeZone"},
+		},
 	}
 	return sortedCases(tests, func(name string, tc struct {
 		doc  string

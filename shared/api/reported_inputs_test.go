@@ -369,4 +369,12 @@ var extendedReported = []reportedInput{
 		Reason:    "ReasonReloadKeysUnused",
 		Tests:     []string{extendedPkg + "TestReloadKeys"},
 	},
+	{
+		Case:      "spec.updateStrategy.restartWindows with a schedule the CRD's rule lets through but that does not parse (a range whose end is below its start) or never opens (30 February), or a time zone the operator does not know",
+		Condition: "Stalled=True/InvalidRestartWindow, Ready=False/InvalidRestartWindow (names the window); with a configuration change waiting, RestartPending=True/InvalidRestartWindow (the pods do not restart outside the windows meant)",
+		Event:     "Warning InvalidRestartWindow (names the window)",
+		Kstatus:   "Failed",
+		Reason:    "ReasonInvalidRestartWindow",
+		Tests:     []string{extendedPkg + "TestRestartWindowInvalid", extendedPkg + "TestRestartWindowTimes"},
+	},
 }

@@ -42,6 +42,13 @@ type scope struct {
 	prefix string
 	// readyNodes counts the Ready nodes of each zone (with zones).
 	readyNodes map[string]int32
+	// windows are spec.updateStrategy.restartWindows, parsed; windowErr says why they cannot be read
+	// (configuration restarts then wait). windowOpens is when the next window opens after now, and
+	// nextWindow that window (zero when none is set or none opens).
+	windows     restartWindows
+	windowErr   string
+	windowOpens time.Time
+	nextWindow  restartWindow
 	// errMessage is the error that ended the reconcile, for the conditions; invalidSpec says the API
 	// server refused an object built from the spec (apierrors.IsInvalid), which only a spec change fixes.
 	errMessage  string
@@ -60,9 +67,10 @@ type zoneScope struct {
 	// waiting says why a new template does not start a version yet; waitReason is the condition reason
 	// (default PodsNotReady).
 	waiting, waitReason string
-	// configPending: a configuration change waits for its debounce; configRolled: it was applied now.
-	configPending, configRolled bool
-	requeueAfter                time.Duration
+	// configPending: a configuration change waits for its debounce; configRolled: it was applied now;
+	// restartPending: it waits for a restart window (holdForWindow).
+	configPending, configRolled, restartPending bool
+	requeueAfter                                time.Duration
 	// jobs are the upgrade Jobs (shared by every zone); postJob names the post Job that runs for the
 	// newest version, once every zone runs it.
 	jobs    jobs
@@ -74,6 +82,14 @@ type zoneScope struct {
 // until then, so the status still reports it.
 func (r *Reconciler) newScope(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet) (*scope, error) {
 	s := &scope{ests: ests, orig: ests.DeepCopy(), now: r.Clock.Now()}
+	if w := ests.Spec.UpdateStrategy.RestartWindows; len(w) > 0 {
+		var err error
+		if s.windows, err = parseRestartWindows(w, s.now); err != nil {
+			s.windowErr = err.Error()
+		} else {
+			s.windowOpens, s.nextWindow = s.windows.next(s.now)
+		}
+	}
 	if r.secretAccess != nil && len(referencedNames(ests, "Secret")) > 0 {
 		// The first read must not wait for the grant's own controller.
 		if err := r.secretAccess.Ensure(ctx, ests.Namespace); err != nil {
@@ -133,6 +149,7 @@ func (s *scope) merge() {
 		sum.versions = append(sum.versions, zs.versions...)
 		sum.configPending = sum.configPending || zs.configPending
 		sum.configRolled = sum.configRolled || zs.configRolled
+		sum.restartPending = sum.restartPending || zs.restartPending
 		if zs.requeueAfter > 0 {
 			sum.requeueAfter = minPositive(sum.requeueAfter, zs.requeueAfter)
 		}

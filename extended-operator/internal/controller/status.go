@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -43,6 +44,7 @@ func (r *Reconciler) applyStatus(s *scope) {
 	} else {
 		set(extendedv1alpha1.ConditionMissingReference, false, extendedv1alpha1.ReasonReconciled, "every referenced ConfigMap and Secret exists")
 	}
+	applyRestartPending(ests, s, set)
 	stale := s.newest != nil && s.newest.stale() && s.newest.sts.DeletionTimestamp.IsZero()
 	if stale {
 		reason, msg, _ := strings.Cut(s.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")
@@ -76,7 +78,7 @@ func applyKstatus(ests *extendedv1alpha1.ExtendedStatefulSet, stale bool, set fu
 	ready := meta.FindStatusCondition(ests.Status.Conditions, extendedv1alpha1.ConditionReady)
 	waiting := ready.Status == metav1.ConditionFalse
 	stalled := waiting && (stale || ready.Reason == extendedv1alpha1.ReasonReferenceNotFound ||
-		ready.Reason == extendedv1alpha1.ReasonInvalidTemplate)
+		ready.Reason == extendedv1alpha1.ReasonInvalidTemplate || ready.Reason == extendedv1alpha1.ReasonInvalidRestartWindow)
 	if stalled {
 		set(extendedv1alpha1.ConditionStalled, true, ready.Reason, ready.Message)
 	} else {
@@ -218,6 +220,10 @@ func (s *scope) readiness(stale bool, progressReason, progressMsg string) (ready
 		return false, progressReason, progressMsg
 	case len(s.missing) > 0:
 		return false, extendedv1alpha1.ReasonReferenceNotFound, missingMessage(s.missing)
+	case s.windowErr != "":
+		// Configuration restarts cannot happen until the spec is fixed: Stalled, at once, not only when
+		// a change comes.
+		return false, extendedv1alpha1.ReasonInvalidRestartWindow, s.windowErr + "; configuration restarts wait until it is fixed"
 	case !s.allRolledOut():
 		return false, extendedv1alpha1.ReasonPodsNotReady, s.prefix + "not every pod is Ready"
 	case len(s.zones) > 0:
@@ -226,6 +232,25 @@ func (s *scope) readiness(stale bool, progressReason, progressMsg string) (ready
 	default:
 		return true, extendedv1alpha1.ReasonReconciled,
 			fmt.Sprintf("version %d runs with all %d pods Ready", s.current.number, s.current.specReplicas())
+	}
+}
+
+// applyRestartPending sets RestartPending (only with spec.updateStrategy.restartWindows): True while a
+// configuration change waits for a window, naming when the next one opens (a time, not a countdown, so
+// the condition is not rewritten while it waits), or that the windows cannot be read.
+func applyRestartPending(ests *extendedv1alpha1.ExtendedStatefulSet, s *scope, set func(string, bool, string, string)) {
+	switch {
+	case len(ests.Spec.UpdateStrategy.RestartWindows) == 0:
+		meta.RemoveStatusCondition(&ests.Status.Conditions, extendedv1alpha1.ConditionRestartPending)
+	case s.restartPending && s.windowErr != "":
+		set(extendedv1alpha1.ConditionRestartPending, true, extendedv1alpha1.ReasonInvalidRestartWindow,
+			"referenced configuration changed; the pods restart once spec.updateStrategy.restartWindows is fixed: "+s.windowErr)
+	case s.restartPending:
+		set(extendedv1alpha1.ConditionRestartPending, true, extendedv1alpha1.ReasonOutsideRestartWindow,
+			fmt.Sprintf("referenced configuration changed; the pods restart when the next restart window opens at %s (%s)",
+				s.windowOpens.UTC().Format(time.RFC3339), s.nextWindow.spec))
+	default:
+		set(extendedv1alpha1.ConditionRestartPending, false, extendedv1alpha1.ReasonReconciled, "no configuration restart waits for a restart window")
 	}
 }
 
@@ -308,6 +333,8 @@ func (r *Reconciler) event(ests *extendedv1alpha1.ExtendedStatefulSet, related r
 //   - else Ready turning False or changing its reason (pods not Ready yet, a canary not Ready, an
 //     upgrade Job running, a configuration roll, a zone waiting its turn: Normal; an API error the
 //     operator retries, ReconcileError: Warning);
+//   - RestartPending turning True or naming another window (Normal; Warning when the windows cannot be
+//     read): Ready stays True while a configuration change waits for a restart window;
 //   - MissingReference turning True while Ready waits for something else (an upgrade under way), since
 //     the missing object then names neither Stalled nor Ready.
 func (r *Reconciler) waitingEvents(ests, orig *extendedv1alpha1.ExtendedStatefulSet) {
@@ -324,6 +351,14 @@ func (r *Reconciler) waitingEvents(ests, orig *extendedv1alpha1.ExtendedStateful
 	}
 	opsutil.EventOnTransition(r.Recorder, ests, nil, before, after, opsutil.Transition{
 		Type: extendedv1alpha1.ConditionReady, Status: metav1.ConditionFalse, EventType: eventType, Action: "Wait",
+	})
+	// The message names when the next window opens, not how long is left: a new one is a new wait.
+	restartEvent := corev1.EventTypeNormal
+	if c := meta.FindStatusCondition(after, extendedv1alpha1.ConditionRestartPending); c != nil && c.Reason == extendedv1alpha1.ReasonInvalidRestartWindow {
+		restartEvent = corev1.EventTypeWarning
+	}
+	opsutil.EventOnTransition(r.Recorder, ests, nil, before, after, opsutil.Transition{
+		Type: extendedv1alpha1.ConditionRestartPending, Status: metav1.ConditionTrue, EventType: restartEvent, Action: "Wait", CompareMessage: true,
 	})
 	opsutil.EventOnTransition(r.Recorder, ests, nil, before, after, opsutil.Transition{
 		Type: extendedv1alpha1.ConditionMissingReference, Status: metav1.ConditionTrue, EventType: corev1.EventTypeWarning, Action: "Wait", CompareMessage: true,

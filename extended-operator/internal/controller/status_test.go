@@ -52,6 +52,7 @@ func TestApplyKstatus(t *testing.T) {
 		"api error":            {ready: "False", reason: extendedv1alpha1.ReasonReconcileError, reconciling: true},
 		"missing reference":    {ready: "False", reason: extendedv1alpha1.ReasonReferenceNotFound, stalled: true},
 		"invalid template":     {ready: "False", reason: extendedv1alpha1.ReasonInvalidTemplate, stalled: true},
+		"invalid window":       {ready: "False", reason: extendedv1alpha1.ReasonInvalidRestartWindow, stalled: true},
 		"canary failed":        {ready: "False", reason: extendedv1alpha1.ReasonCanaryFailed, stale: true, stalled: true},
 		"pre Job failed":       {ready: "False", reason: extendedv1alpha1.ReasonJobFailed, stale: true, stalled: true},
 		"rolled back":          {ready: "False", reason: extendedv1alpha1.ReasonRolledBack, stale: true, stalled: true},

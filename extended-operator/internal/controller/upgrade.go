@@ -215,11 +215,46 @@ func (r *Reconciler) reconcileZone(ctx context.Context, s *scope, zs *zoneScope,
 			return err
 		}
 	}
+	if r.holdForWindow(s, zs) {
+		return nil
+	}
 	if !g.roll {
 		holdConfig(zs, wantCfg)
 		return nil
 	}
 	return r.rollConfig(ctx, ests, zs, z, wantCfg, now)
+}
+
+// holdForWindow reports whether the zone's configuration change waits for a restart window
+// (spec.updateStrategy.restartWindows): a version's config hash is behind and no window is open, or the
+// windows cannot be read. It notes the wait (RestartPending) and comes back exactly when the next window
+// opens; nothing else is written meanwhile. The debounce starts afresh inside the window, so a burst of
+// edits at its opening still rolls once.
+func (r *Reconciler) holdForWindow(s *scope, zs *zoneScope) bool {
+	if len(s.ests.Spec.UpdateStrategy.RestartWindows) == 0 || !configBehind(zs, s.wantCfg) {
+		return false
+	}
+	if s.windowErr == "" && s.windows.open(s.now) {
+		return false
+	}
+	zs.restartPending = true
+	if s.windowErr == "" {
+		// parseRestartWindows refused a schedule that never opens, so there is a next opening.
+		zs.requeueAfter = minPositive(zs.requeueAfter, s.windowOpens.Sub(s.now))
+	}
+	r.debounce.forget(debounceKey(s.ests, zs.zone))
+	return true
+}
+
+// configBehind reports whether a version of the zone that is neither stale nor being deleted carries
+// another config hash than wantCfg, while rolling it is possible (updateOnEnvChange, nothing missing).
+func configBehind(zs *zoneScope, wantCfg string) bool {
+	if wantCfg == "" || len(zs.missing) > 0 {
+		return false
+	}
+	return slices.ContainsFunc(zs.versions, func(v *version) bool {
+		return !v.stale() && v.configHash() != wantCfg && v.sts.DeletionTimestamp.IsZero()
+	})
 }
 
 // holdConfig notes a configuration change the zone may not roll yet (another zone is busy): it is

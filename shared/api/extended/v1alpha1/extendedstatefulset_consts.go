@@ -37,6 +37,11 @@ const (
 	// cleanup of lower versions, pods not Ready yet, or an API error it retries. Its reason and message are
 	// the Ready condition's. At most one of Stalled and Reconciling is True.
 	ConditionReconciling = "Reconciling"
+	// ConditionRestartPending (with spec.updateStrategy.restartWindows) is True while a configuration
+	// change waits for a restart window: reason OutsideRestartWindow, the message names when the next
+	// window opens; or reason InvalidRestartWindow when a window cannot be read (the change waits until
+	// it is fixed). The pods that run keep running, so it alone does not make Ready False.
+	ConditionRestartPending = "RestartPending"
 )
 
 // Condition reasons of an ExtendedStatefulSet.
@@ -79,6 +84,13 @@ const (
 	// StatefulSet (spec.template) or an upgrade Job (spec.upgradeJobs); the message is its answer. The
 	// operator tries again only once the spec changes.
 	ReasonInvalidTemplate = "InvalidTemplate"
+	// ReasonOutsideRestartWindow: a configuration change waits for the next restart window
+	// (spec.updateStrategy.restartWindows).
+	ReasonOutsideRestartWindow = "OutsideRestartWindow"
+	// ReasonInvalidRestartWindow: a restart window's schedule or time zone cannot be read (a range that
+	// ends below its start, a date that never comes, an unknown time zone); configuration restarts wait
+	// until it is fixed. Stalled says so.
+	ReasonInvalidRestartWindow = "InvalidRestartWindow"
 	// ReasonReconcileError: an API call failed; the operator retries with backoff.
 	ReasonReconcileError = "ReconcileError"
 )

@@ -161,6 +161,49 @@ type UpdateStrategy struct {
 	// +kubebuilder:default="2s"
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) <= duration('1h')",message="spec.updateStrategy.configChangeQuietPeriod must be a duration between 0s and 1h, e.g. 2s"
 	ConfigChangeQuietPeriod *metav1.Duration `json:"configChangeQuietPeriod,omitempty"`
+
+	// restartWindows, when set, are the only times at which a configuration change (updateOnEnvChange)
+	// may start rolling the pods: a change made outside every window waits, with condition
+	// RestartPending=True naming when the next window opens, and rolls when one opens (after the quiet
+	// period). Only configuration restarts wait: a template change (a new version) and scaling do not.
+	// A roll that started inside a window finishes after it closes. Windows allow; there are no deny
+	// windows. Unset or empty: a change rolls at any time.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	RestartWindows []RestartWindow `json:"restartWindows,omitempty"`
+}
+
+// RestartWindow is a recurring time span in which configuration restarts may start: it opens at each
+// time schedule names and stays open for duration.
+type RestartWindow struct {
+	// schedule is a standard 5-field cron expression (minute hour day-of-month month day-of-week, e.g.
+	// "0 2 * * 1-5" for 02:00 on weekdays): the times the window opens. Numbers, names (jan-dec,
+	// sun-sat), "*", "?" (day fields), ranges, lists and steps are allowed; descriptors such as @daily
+	// and a CRON_TZ= prefix are not (use timeZone). An expression that parses but is wrong (a range
+	// whose end is below its start, a day that never comes such as 30 February) is reported with
+	// Stalled=True, reason InvalidRestartWindow.
+	// +required
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(?i)[ ]*([*]|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/[1-9][0-9]*)?(,([*]|([0-5]?[0-9])(-([0-5]?[0-9]))?)(/[1-9][0-9]*)?)*[ ]+([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]*)?(,([*]|([01]?[0-9]|2[0-3])(-([01]?[0-9]|2[0-3]))?)(/[1-9][0-9]*)?)*[ ]+([*?]|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]*)?(,([*?]|(0?[1-9]|[12][0-9]|3[01])(-(0?[1-9]|[12][0-9]|3[01]))?)(/[1-9][0-9]*)?)*[ ]+([*]|(0?[1-9]|1[0-2]|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)(-(0?[1-9]|1[0-2]|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))?)(/[1-9][0-9]*)?(,([*]|(0?[1-9]|1[0-2]|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)(-(0?[1-9]|1[0-2]|jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec))?)(/[1-9][0-9]*)?)*[ ]+([*?]|([0-6]|sun|mon|tue|wed|thu|fri|sat)(-([0-6]|sun|mon|tue|wed|thu|fri|sat))?)(/[1-9][0-9]*)?(,([*?]|([0-6]|sun|mon|tue|wed|thu|fri|sat)(-([0-6]|sun|mon|tue|wed|thu|fri|sat))?)(/[1-9][0-9]*)?)*[ ]*$')",message="schedule must be a 5-field cron expression (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or jan-dec, day of week 0-6 or sun-sat; *, ranges a-b, lists a,b and steps /n), e.g. '0 2 * * 1-5'"
+	Schedule string `json:"schedule"`
+
+	// duration is how long the window stays open after each start, as a duration: at least 1m, at most
+	// 168h (a week), e.g. "2h".
+	// +required
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$') && duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="duration must be a duration between 1m and 168h, e.g. 2h"
+	Duration metav1.Duration `json:"duration"`
+
+	// timeZone is the IANA time zone schedule is read in, e.g. "Europe/Berlin" (daylight saving time as
+	// that zone has it). Defaults to UTC. A name the operator does not know is reported with
+	// Stalled=True, reason InvalidRestartWindow.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+-]*(/[A-Za-z0-9_+-]+)*$`
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // ReloadKeys names the data keys of one referenced ConfigMap or Secret whose change restarts the pods.
