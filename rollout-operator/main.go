@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/statefulops/statefulops/rollout-operator/internal/controller"
+	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 	"github.com/statefulops/statefulops/shared/manager"
 )
@@ -22,7 +23,9 @@ func main() {
 		Name:             "rollout-operator",
 		Short:            "Runs PhasedRollout: StatefulSet updates one pod at a time, gated by Prometheus checks.",
 		LeaderElectionID: "304add93.sts.plus",
-		Schemes:          []func(*runtime.Scheme) error{rolloutv1alpha1.AddToScheme},
+		// StatefulSetLocks (lease-operator) are read, and annotated for a switchover, when the kind is
+		// served (controller/writer.go).
+		Schemes: []func(*runtime.Scheme) error{rolloutv1alpha1.AddToScheme, leasev1.AddToScheme},
 		// Only StatefulSets' pods in the cache, stripped to what wakes the controller (controller/cache.go).
 		Cache: controller.CacheOptions,
 		Flags: opts.AddFlags,

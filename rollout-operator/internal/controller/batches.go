@@ -44,6 +44,11 @@ func (r *Reconciler) batchHold(ctx context.Context, s *scope, partition int32) (
 		if next < partition {
 			r.movedTo(s, next)
 		}
+		if s.waitingForSwitchover {
+			s.pr.Status.RollingPodStatus.Status = rolloutv1alpha1.StepWaitForSwitchover
+			s.pr.Status.Message += "; " + switchoverMessage(s.pr.Status.Switchover)
+			return reconcile.Result{RequeueAfter: switchoverPoll}, true, nil
+		}
 		s.pr.Status.RollingPodStatus.Status = rolloutv1alpha1.StepWaitForPodToBeUpdated
 		return reconcile.Result{RequeueAfter: pollWhileWaiting}, true, nil
 	}
@@ -104,8 +109,8 @@ func (r *Reconciler) releaseBatch(ctx context.Context, s *scope, b *rolloutv1alp
 	}
 	limit := maxUnavailable(s.sts, s.replicas)
 	next := max(b.ToPartition, partition-releasable(s.sts, pods, s.replicas, partition, s.now))
-	if next == partition {
-		return partition, nil
+	if next, err = r.writerGate(ctx, s, partition, next); err != nil || next == partition {
+		return partition, err
 	}
 	if err := r.applyPartition(ctx, s.pr, s.sts, next, true); err != nil {
 		return partition, err

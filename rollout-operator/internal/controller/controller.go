@@ -18,7 +18,8 @@
 // secretaccess.go (per-namespace Secret access through RoleBindings), prometheus.go (the Prometheus
 // client), webhook.go (webhook gates), checks.go and verdict.go (several checks per step, CEL
 // verdicts), control.go (pause, promote, abort, the dry run, the Available condition), batches.go
-// (steps in batches), stuckpods.go (stuck-pod recovery), metrics.go.
+// (steps in batches), stuckpods.go (stuck-pod recovery), writer.go (a StatefulSetLock's writer moved
+// before its pod is rolled), metrics.go.
 package controller
 
 import (
@@ -64,6 +65,8 @@ type Reconciler struct {
 	QueryTimeout time.Duration
 	// SecretAccess grants the operator read access to Secrets in a namespace before it reads one.
 	SecretAccess *SecretAccess
+	// SwitchoverTimeout bounds the wait for a StatefulSetLock to move its writer (writer.go).
+	SwitchoverTimeout time.Duration
 }
 
 // podsAllOn reports whether every pod of the StatefulSet is on revision rev (a rollout that ended

@@ -41,6 +41,9 @@ type scope struct {
 	// dropPromote is set when the promote annotation's promotion is spent (control.go): the
 	// annotation is removed once the status is written.
 	dropPromote bool
+	// waitingForSwitchover is set when writerGate held the partition above a StatefulSetLock's
+	// writer: the step's state says so.
+	waitingForSwitchover bool
 }
 
 type pendingEvent struct {

@@ -98,6 +98,7 @@ func (r *Reconciler) startRollout(ctx context.Context, s *scope) (reconcile.Resu
 	pr.Status.RolloutEndTime = nil
 	pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(partition)}
 	pr.Status.Batch = nil // spec.steps start over from steps[0]
+	pr.Status.Switchover = nil
 	pr.Status.LastQueryResult = ""
 	pr.Status.LastError = ""
 	s.setPhase(rolloutv1alpha1.PhaseRolling, "rolling StatefulSet %s to revision %s", sts.Name, target)
@@ -115,6 +116,7 @@ func awaitReturn(s *scope) reconcile.Result {
 	pr, target := s.pr, s.sts.Status.UpdateRevision
 	pr.Status.UpdateRevision = target
 	pr.Status.RollingPodStatus = nil
+	pr.Status.Switchover = nil
 	if pr.Status.Phase != rolloutv1alpha1.PhaseFailed {
 		// Not Rolling: no check is needed and the partition must not move down.
 		msg := fmt.Sprintf("%s %s; the partition is held until they are back", msgPodsReturning, target)
@@ -144,6 +146,7 @@ func (r *Reconciler) idle(ctx context.Context, s *scope) (reconcile.Result, erro
 	}
 	pr.Status.UpdateRevision = target
 	pr.Status.RollingPodStatus = nil
+	pr.Status.Switchover = nil
 	pr.Status.LastError = ""
 	return reconcile.Result{}, nil
 }

@@ -36,6 +36,9 @@ type Options struct {
 	// Subject is the operator's identity in those RoleBindings; nil means "ask the API server"
 	// (SelfSubjectReview).
 	Subject *rbacv1.Subject
+	// SwitchoverTimeout bounds the wait for a StatefulSetLock to move its writer off a pod a step
+	// rolls; zero means DefaultSwitchoverTimeout.
+	SwitchoverTimeout time.Duration
 }
 
 // AddFlags registers the binary's flags for o on fs (main passes it to shared/manager).
@@ -46,7 +49,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 // Setup registers the PhasedRollout controller with the manager. It watches
 // PhasedRollouts (spec changes only: its own status writes do not trigger it), StatefulSets and
-// their pods (mapped to the PhasedRollout whose targetRef names the StatefulSet).
+// their pods (mapped to the PhasedRollout whose targetRef names the StatefulSet). StatefulSetLocks
+// are not watched: their kind may not be served (writer.go).
 func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	opsutil.RegisterMetrics(stepsTotal, checksTotal, stepDuration, stepOverhead)
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &rolloutv1alpha1.PhasedRollout{}, indexTarget, func(o client.Object) []string {
@@ -55,17 +59,21 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		return err
 	}
 	r := &Reconciler{
-		Client:       mgr.GetClient(),
-		APIReader:    mgr.GetAPIReader(),
-		Recorder:     mgr.GetEventRecorder("rollout-operator"),
-		Checker:      opts.Checker,
-		QueryTimeout: opts.QueryTimeout,
+		Client:            mgr.GetClient(),
+		APIReader:         mgr.GetAPIReader(),
+		Recorder:          mgr.GetEventRecorder("rollout-operator"),
+		Checker:           opts.Checker,
+		QueryTimeout:      opts.QueryTimeout,
+		SwitchoverTimeout: opts.SwitchoverTimeout,
 	}
 	if r.Checker == nil {
 		r.Checker = PromChecker{}
 	}
 	if r.QueryTimeout <= 0 {
 		r.QueryTimeout = 10 * time.Second
+	}
+	if r.SwitchoverTimeout <= 0 {
+		r.SwitchoverTimeout = DefaultSwitchoverTimeout
 	}
 	access, err := newSecretAccess(ctx, mgr, *opts)
 	if err != nil {

@@ -106,6 +106,8 @@ func (r *Reconciler) stepEvent(pr, orig *rolloutv1alpha1.PhasedRollout) bool {
 		note = fmt.Sprintf("Waiting check.initialDelaySeconds before the first check of pod %s", step.Pod)
 	case rolloutv1alpha1.StepWaitForChecks:
 		note = fmt.Sprintf("Waiting for the checks of pod %s to pass check.successThreshold times in a row", step.Pod)
+	case rolloutv1alpha1.StepWaitForSwitchover:
+		note = fmt.Sprintf("The checks of pod %s passed; %s", step.Pod, switchoverMessage(pr.Status.Switchover))
 	case rolloutv1alpha1.StepPrometheusError:
 		eventType = corev1.EventTypeWarning
 		note = fmt.Sprintf("The check of pod %s could not be evaluated (it does not count as a pass): %s", step.Pod, pr.Status.LastError)

@@ -38,6 +38,10 @@ func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, erro
 	if !ready {
 		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
 	}
+	if s.pr.Status.RollingPodStatus.Status == rolloutv1alpha1.StepWaitForSwitchover && len(s.pr.Spec.Steps) == 0 {
+		// The step passed and waits for a StatefulSetLock's writer to move (writer.go): no more checks.
+		return r.stepPassed(ctx, s, partition, s.now)
+	}
 	if res, done, err := r.promoteStep(ctx, s, partition); done {
 		return res, err
 	}
@@ -205,6 +209,18 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 	if wait := startPause(s, partition, checkedAt); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
+	if partition > 0 && len(pr.Spec.Steps) == 0 {
+		// A one-pod step waits here for a lock's writer to move, before it counts as passed, and comes
+		// back through step() without checking again; a batch waits in releaseBatch.
+		next, err := r.writerGate(ctx, s, partition, partition-1)
+		if err != nil || next == partition {
+			if next == partition {
+				st.Status = rolloutv1alpha1.StepWaitForSwitchover
+				pr.Status.Message += "; " + switchoverMessage(pr.Status.Switchover)
+			}
+			return reconcile.Result{RequeueAfter: switchoverPoll}, err
+		}
+	}
 	stepsTotal.WithLabelValues(pr.Namespace, pr.Name).Inc()
 	if st.AnalisysStartTime != nil {
 		stepDuration.WithLabelValues(pr.Namespace, pr.Name).Observe(checkedAt.Sub(st.AnalisysStartTime.Time).Seconds())
@@ -241,6 +257,12 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 	}
 	// The status written with the partition says what the partition now is (Verifying at 0).
 	setStepPhase(pr, sts.Name, next)
+	if s.waitingForSwitchover {
+		// A batch released the pods above a lock's writer; the rest waits for the writer to move.
+		pr.Status.RollingPodStatus.Status = rolloutv1alpha1.StepWaitForSwitchover
+		pr.Status.Message += "; " + switchoverMessage(pr.Status.Switchover)
+		return reconcile.Result{RequeueAfter: switchoverPoll}, nil
+	}
 	return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 	"github.com/statefulops/statefulops/shared/testsupport"
 )
@@ -42,7 +43,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testsupport.RunSuite(m, &suite, filepath.Join("..", "..", "config", "crd", "bases"), rolloutv1alpha1.AddToScheme))
+	os.Exit(testsupport.RunSuite(m, &suite, filepath.Join("..", "..", "config", "crd", "bases"), rolloutv1alpha1.AddToScheme, leasev1.AddToScheme))
 }
 
 // fakeChecker returns the verdict the test sets and records every query it was asked.

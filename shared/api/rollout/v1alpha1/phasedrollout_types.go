@@ -49,7 +49,7 @@ const (
 type PhasedRolloutPhase string
 
 // RollingPodState is the state of the current rollout step (status.rollingPodStatus.status).
-// +kubebuilder:validation:Enum=WaitForPodToBeUpdated;WaitForAllPodsToBeAvailable;WaitForInitialDelay;WaitForChecks;PrometheusError;Inconclusive;CheckError
+// +kubebuilder:validation:Enum=WaitForPodToBeUpdated;WaitForAllPodsToBeAvailable;WaitForInitialDelay;WaitForChecks;PrometheusError;Inconclusive;CheckError;WaitForSwitchover
 type RollingPodState string
 
 // PhasedRolloutSpec is the desired behaviour of a PhasedRollout: which StatefulSet it rolls and how
@@ -406,6 +406,12 @@ type PhasedRolloutStatus struct {
 	// lastStuckPodRecreated is the last pod recreateStuckPods deleted.
 	// +optional
 	LastStuckPodRecreated *StuckPodRecord `json:"lastStuckPodRecreated,omitempty"`
+
+	// switchover is the planned switchover of a StatefulSetLock's writer that the step under way
+	// waits for before it rolls the writer's pod (types in phasedrollout_switchover_types.go); unset
+	// when no step waits for one.
+	// +optional
+	Switchover *SwitchoverStatus `json:"switchover,omitempty"`
 }
 
 // PromotionRecord is one sts.plus/promote annotation the operator acted on.
@@ -464,7 +470,9 @@ type RollingPodStatus struct {
 	// status is the step's state: "WaitForPodToBeUpdated", "WaitForAllPodsToBeAvailable",
 	// "WaitForInitialDelay", "WaitForChecks" or "PrometheusError"; "Inconclusive" (a check found no
 	// data under noDataPolicy Inconclusive: checks stop until the PhasedRollout is edited or promoted)
-	// or "CheckError" (a check could not be evaluated under errorPolicy Pause: it retries by itself).
+	// or "CheckError" (a check could not be evaluated under errorPolicy Pause: it retries by itself);
+	// "WaitForSwitchover" (the step passed and waits for a StatefulSetLock's writer to move off the
+	// pods its partition move rolls, see status.switchover).
 	// +optional
 	Status RollingPodState `json:"status,omitempty"`
 
