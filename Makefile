@@ -83,7 +83,7 @@ test-unit: ## Run the unit tests of every module (fast, no API server).
 
 .PHONY: test-integration
 test-integration: kube-bin host-deps ## Run the integration tests against a real kube-apiserver and etcd (envtest).
-	for m in $(MODULES); do (cd $$m && go test -count=1 -tags integration ./...); done
+	for m in $(MODULES); do (cd $$m && go test -count=1 -tags integration -timeout 30m ./...); done
 
 .PHONY: test-e2e
 test-e2e: tools images images-next ## Run the e2e suites (e2e/<operator>, e2e/platform) one after another on one local cluster (real control plane + kwok nodes).
