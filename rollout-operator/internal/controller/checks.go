@@ -50,14 +50,15 @@ func usesCheckSet(pr *rolloutv1alpha1.PhasedRollout) bool {
 // runChecks runs every check of the current step that is due and has not passed yet, records each
 // result, and decides the step (decideChecks).
 func (r *Reconciler) runChecks(ctx context.Context, s *scope, partition, ordinal int32) (reconcile.Result, error) {
-	checks, run := r.evaluateChecks(ctx, s, ordinal)
+	checks, run := r.evaluateChecks(ctx, s, ordinal, true)
 	return r.decideChecks(ctx, s, partition, checks, run)
 }
 
 // evaluateChecks runs every check of the step in status.rollingPodStatus that is due and has not
 // passed yet, judging the pod of ordinal, and records each result in that step; it decides nothing
-// (runChecks and the dry run decide from what it returns).
-func (r *Reconciler) evaluateChecks(ctx context.Context, s *scope, ordinal int32) ([]namedCheck, checkRun) {
+// (runChecks and the dry run decide from what it returns). live (not the dry run) counts the passes
+// in a row in the Reconciler's memory (streak.go) and takes them, not the status's, as the truth.
+func (r *Reconciler) evaluateChecks(ctx context.Context, s *scope, ordinal int32, live bool) ([]namedCheck, checkRun) {
 	pr, st := s.pr, s.pr.Status.RollingPodStatus
 	checks := stepChecks(pr)
 	if st.PodsReadyTime == nil {
@@ -71,16 +72,28 @@ func (r *Reconciler) evaluateChecks(ctx context.Context, s *scope, ordinal int32
 	run := checkRun{checkedAt: s.now}
 	for i, c := range checks {
 		cs := &st.Checks[i]
+		var mem streak
+		if live {
+			mem = r.streaks.get(pr, c.name)
+			// A check passed only if this process saw its streak: a status written by another
+			// process (or before a lost write) does not count, the check runs again.
+			cs.Passed = cs.Passed && mem.passes >= max(c.spec.SuccessThreshold, 1)
+		}
 		if cs.Passed {
 			continue
 		}
-		if w := dueIn(st, c, cs, s.now); w > 0 {
+		if w := dueIn(st, c, cs, mem.lastCheck, s.now); w > 0 {
 			run.requeue(w)
 			continue
 		}
 		res := r.runQuery(ctx, s, ordinal, c.name, c.spec)
 		run.checkedAt = time.Now()
 		recordNamedCheck(pr, cs, c, res, run.checkedAt)
+		if live {
+			// The passes in a row this process saw, never the status's count plus one (streak.go).
+			cs.ConsecutiveSuccessfulChecks = r.streaks.record(pr, c.name, res.Verdict == VerdictPass, run.checkedAt)
+			cs.Passed = cs.ConsecutiveSuccessfulChecks >= max(c.spec.SuccessThreshold, 1)
+		}
 		run.messages = append(run.messages, c.name+": "+res.Message)
 		switch {
 		case cs.Passed:
@@ -188,11 +201,15 @@ func initialDelay(c namedCheck) time.Duration {
 }
 
 // dueIn returns how long check c still waits: its initial delay from podsReadyTime, then its period
-// since its last run; zero or less when it is due.
-func dueIn(st *rolloutv1alpha1.RollingPodStatus, c namedCheck, cs *rolloutv1alpha1.CheckStatus, now time.Time) time.Duration {
+// since its last run (the later of the status's and lastCheck, the one this process saw: the status
+// may have missed a write); zero or less when it is due.
+func dueIn(st *rolloutv1alpha1.RollingPodStatus, c namedCheck, cs *rolloutv1alpha1.CheckStatus, lastCheck, now time.Time) time.Duration {
 	due := st.PodsReadyTime.Add(initialDelay(c))
-	if cs.LastCheckTime != nil {
-		if next := cs.LastCheckTime.Add(time.Duration(max(c.spec.PeriodSeconds, 1)) * time.Second); next.After(due) {
+	if cs.LastCheckTime != nil && cs.LastCheckTime.After(lastCheck) {
+		lastCheck = cs.LastCheckTime.Time
+	}
+	if !lastCheck.IsZero() {
+		if next := lastCheck.Add(time.Duration(max(c.spec.PeriodSeconds, 1)) * time.Second); next.After(due) {
 			due = next
 		}
 	}

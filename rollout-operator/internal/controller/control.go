@@ -196,7 +196,7 @@ func (r *Reconciler) dryRun(ctx context.Context, s *scope) (reconcile.Result, er
 		}
 		s.setPhase(rolloutv1alpha1.PhaseFailed, "the rollout of revision %s failed at partition %d (Event RolloutFailed); spec.analysisOnly analyses it from there, the partition stays", target, partition)
 	case underWay(pr.Status.Phase) && pr.Status.UpdateRevision == target:
-		partition, _ = beginStep(s)
+		partition, _, _ = beginStep(s)
 		s.setPhase(rolloutv1alpha1.PhasePaused, "spec.analysisOnly freezes the rollout under way at partition %d", partition)
 		if s.orig.Status.Phase != rolloutv1alpha1.PhasePaused {
 			s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventPaused, "%s", pr.Status.Message)
@@ -247,14 +247,14 @@ func (r *Reconciler) simulateStep(ctx context.Context, s *scope, d *rolloutv1alp
 	progress := "" // what the simulated step waits for, in words
 	if usesCheckSet(pr) {
 		// Every check of the step, each on its own delay and period, as runChecks runs them.
-		_, run := r.evaluateChecks(ctx, s, ordinal)
+		_, run := r.evaluateChecks(ctx, s, ordinal, false)
 		passed, wait = allChecksPassed(st), max(run.wait, time.Second)
 		progress = fmt.Sprintf("checks not passed yet: %s", notPassed(st))
 		for _, c := range run.failed {
 			failed = fmt.Sprintf("check %q used up maxTries=%d (onFailure %s)", c.name, *c.spec.MaxTries, c.spec.OnFailure)
 		}
 	} else {
-		if wait := checkWait(s); wait > 0 {
+		if wait := checkWait(s, time.Time{}); wait > 0 {
 			pr.Status.Message += fmt.Sprintf("; simulated step at partition %d (pod %s): %s", p, st.Pod, st.Status)
 			return reconcile.Result{RequeueAfter: wait}, nil
 		}

@@ -4,8 +4,11 @@
 // Prometheus checks passed successThreshold times in a row.
 //
 // Safety: the PhasedRollout and the StatefulSet are read from the API server (not a cache) at every
-// reconcile, the step's counters live in the PhasedRollout's status (written with a resourceVersion
-// precondition), and a step belongs to the partition value it was started at: if the StatefulSet's
+// reconcile, the step's counters are reported in the PhasedRollout's status (written with a
+// resourceVersion precondition) but the passes in a row that move the partition are counted in memory
+// by the process that saw them (streak.go): a lost status write cannot resume a broken streak, and a
+// restarted or new leader re-earns the streak (each step needs successThreshold fresh passes after a
+// restart). A step belongs to the partition value it was started at: if the StatefulSet's
 // partition differs from the step recorded in the status (the operator died between writing the
 // partition and the status), a new step starts with no passes. The partition is written as an
 // absolute value, so replaying a write never moves it twice. A check that cannot be evaluated is a
@@ -19,7 +22,7 @@
 // client), webhook.go (webhook gates), checks.go and verdict.go (several checks per step, CEL
 // verdicts), control.go (pause, promote, abort, the dry run, the Available condition), batches.go
 // (steps in batches), stuckpods.go (stuck-pod recovery), writer.go (a StatefulSetLock's writer moved
-// before its pod is rolled), metrics.go.
+// before its pod is rolled), streak.go (the in-memory passes in a row), metrics.go.
 package controller
 
 import (
@@ -67,6 +70,9 @@ type Reconciler struct {
 	SecretAccess *SecretAccess
 	// SwitchoverTimeout bounds the wait for a StatefulSetLock to move its writer (writer.go).
 	SwitchoverTimeout time.Duration
+	// streaks are the passes in a row that gate each partition move, counted by this process
+	// (streak.go).
+	streaks streaks
 }
 
 // podsAllOn reports whether every pod of the StatefulSet is on revision rev (a rollout that ended

@@ -77,7 +77,7 @@ spec:
 		sts.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(int32(2))}
 		s := newScope(pr, now)
 		s.sts, s.replicas = sts, 3
-		partition, ordinal := beginStep(s)
+		partition, ordinal, _ := beginStep(s)
 		pod := pr.Status.RollingPodStatus.Pod
 		if partition != 2 || ordinal != 2 || pod != fmt.Sprintf("%s-2", target) {
 			fail("step at partition %d judges ordinal %d (pod %s)", partition, ordinal, pod)
@@ -85,7 +85,7 @@ spec:
 		if errs := validation.IsDNS1123Label(pod); len(errs) > 0 {
 			fail("the judged pod's name %q: %v", pod, errs)
 		}
-		wait := checkWait(s)
+		wait := checkWait(s, time.Time{})
 		if want := time.Duration(ptr.Deref(pr.Spec.Check.InitialDelaySeconds, 60)) * time.Second; wait < 0 || wait > want+time.Second {
 			fail("the first check waits %s, initialDelaySeconds is %s", wait, want)
 		}

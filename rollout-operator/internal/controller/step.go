@@ -23,7 +23,11 @@ import (
 // step runs the current rollout step: wait for the rolled pod, for all pods, for the delay, then
 // check; move the partition after successThreshold consecutive passes.
 func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, error) {
-	partition, ordinal := beginStep(s)
+	partition, ordinal, fresh := beginStep(s)
+	if fresh {
+		// No streak of an earlier step carries over to a new one.
+		r.streaks.drop(s.pr.UID)
+	}
 	// Abort and pause hold the step; an Inconclusive step waits for a spec change or a promote.
 	if held(s, partition) || (holdInconclusive(s) && !promoteRequested(s.pr)) {
 		return reconcile.Result{}, nil
@@ -51,16 +55,16 @@ func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, erro
 	if usesCheckSet(s.pr) {
 		return r.runChecks(ctx, s, partition, ordinal)
 	}
-	if wait := checkWait(s); wait > 0 {
+	if wait := checkWait(s, r.streaks.get(s.pr, rolloutv1alpha1.SeedCheckName).lastCheck); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	return r.runCheck(ctx, s, partition, ordinal)
 }
 
 // beginStep finds the step of the StatefulSet's partition (a new one, with no passes, when the status
-// records another), the pod its checks judge and the phase, and returns the partition and that pod's
-// ordinal.
-func beginStep(s *scope) (partition, ordinal int32) {
+// records another), the pod its checks judge and the phase, and returns the partition, that pod's
+// ordinal and whether the step is new.
+func beginStep(s *scope) (partition, ordinal int32, fresh bool) {
 	pr, sts, replicas := s.pr, s.sts, s.replicas
 	partition = 0 // an unset partition is 0
 	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
@@ -72,6 +76,7 @@ func beginStep(s *scope) (partition, ordinal int32) {
 		// stopped between the two writes, or someone else moved it) starts a new step with no passes.
 		st = &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(partition)}
 		pr.Status.RollingPodStatus = st
+		fresh = true
 	}
 	start := int32(0)
 	if sts.Spec.Ordinals != nil {
@@ -82,7 +87,7 @@ func beginStep(s *scope) (partition, ordinal int32) {
 	ordinal = start + max(min(partition, replicas-1), 0)
 	st.Pod = fmt.Sprintf("%s-%d", sts.Name, ordinal)
 	setStepPhase(pr, sts.Name, partition)
-	return partition, ordinal
+	return partition, ordinal, fresh
 }
 
 // setStepPhase sets the phase of the step at partition: Verifying once every pod is released
@@ -108,6 +113,7 @@ func (r *Reconciler) podsReadyForCheck(ctx context.Context, s *scope, partition 
 	}
 	minReady := time.Duration(s.sts.Spec.MinReadySeconds) * time.Second
 	resetAnalysis := func(state rolloutv1alpha1.RollingPodState) {
+		r.streaks.drop(pr.UID) // the pods changed: every check passes anew
 		st.Status = state
 		st.AnalisysStartTime = nil
 		st.ConsecutiveSuccessfulChecks = 0
@@ -134,8 +140,10 @@ func (r *Reconciler) podsReadyForCheck(ctx context.Context, s *scope, partition 
 }
 
 // checkWait returns how long the step still waits before its next check: the initial delay (which
-// starts when the pods are ready), then periodSeconds since the last check; zero when a check is due.
-func checkWait(s *scope) time.Duration {
+// starts when the pods are ready), then periodSeconds since the last check (the later of the status's
+// and lastCheck, the one this process saw: the status may have missed a write); zero when a check is
+// due.
+func checkWait(s *scope, lastCheck time.Time) time.Duration {
 	check, st := s.pr.Spec.Check, s.pr.Status.RollingPodStatus
 	if st.AnalisysStartTime == nil {
 		delay := time.Duration(ptr.Deref(check.InitialDelaySeconds, 60)) * time.Second
@@ -146,8 +154,11 @@ func checkWait(s *scope) time.Duration {
 		return wait
 	}
 	period := time.Duration(max(check.PeriodSeconds, 1)) * time.Second
-	if st.LastCheckTime != nil {
-		if wait := st.LastCheckTime.Add(period).Sub(s.now); wait > 0 {
+	if st.LastCheckTime != nil && st.LastCheckTime.After(lastCheck) {
+		lastCheck = st.LastCheckTime.Time
+	}
+	if !lastCheck.IsZero() {
+		if wait := lastCheck.Add(period).Sub(s.now); wait > 0 {
 			if st.Status != rolloutv1alpha1.StepPrometheusError {
 				st.Status = rolloutv1alpha1.StepWaitForChecks
 			}
@@ -164,6 +175,9 @@ func (r *Reconciler) runCheck(ctx context.Context, s *scope, partition, ordinal 
 	res := r.check(ctx, s, ordinal)
 	checkedAt := time.Now()
 	st := recordCheck(s.pr, res, checkedAt)
+	// The passes in a row this process saw, not the status's count plus one: a lost status write of
+	// a failing check must not let the next pass carry on the streak (streak.go).
+	st.ConsecutiveSuccessfulChecks = r.streaks.record(s.pr, rolloutv1alpha1.SeedCheckName, res.Verdict == VerdictPass, checkedAt)
 	mirrorSeedCheck(st, res, max(check.SuccessThreshold, 1))
 	if st.ConsecutiveSuccessfulChecks >= max(check.SuccessThreshold, 1) {
 		return r.stepPassed(ctx, s, partition, checkedAt)
@@ -226,6 +240,7 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 		stepDuration.WithLabelValues(pr.Namespace, pr.Name).Observe(checkedAt.Sub(st.AnalisysStartTime.Time).Seconds())
 	}
 	if partition == 0 {
+		r.streaks.drop(pr.UID) // the rollout is over: its streaks never count again
 		pr.Status.Phase = rolloutv1alpha1.PhaseUpdated
 		pr.Status.Message = fmt.Sprintf("StatefulSet %s is on revision %s and its last pod passed its checks", sts.Name, pr.Status.UpdateRevision)
 		pr.Status.RolloutEndTime = ptr.To(metav1.NewTime(checkedAt))
@@ -244,6 +259,7 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 	if err := r.applyPartition(ctx, pr, sts, next, true); err != nil {
 		return reconcile.Result{}, err
 	}
+	r.streaks.drop(pr.UID) // the step is over: its streaks never count again
 	s.overheadStart = &checkedAt
 	start := int32(0)
 	if sts.Spec.Ordinals != nil {
