@@ -28,6 +28,7 @@ COPY rollout-operator/go.mod rollout-operator/go.sum rollout-operator/
 COPY extended-operator/go.mod extended-operator/go.sum extended-operator/
 COPY webhook-server/go.mod webhook-server/go.sum webhook-server/
 COPY e2e/go.mod e2e/go.sum e2e/
+COPY kubectl-statefulops/go.mod kubectl-statefulops/go.sum kubectl-statefulops/
 RUN go mod download
 COPY . .
 # Declared only now: build arguments are part of the cache key of every later RUN.

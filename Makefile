@@ -30,7 +30,9 @@ KUBE_COMPONENTS := kube-apiserver kube-controller-manager kube-scheduler kubectl
 
 OPERATORS := singleton-operator cluster-operator lease-operator rollout-operator extended-operator
 BINARIES  := $(OPERATORS) webhook-server
-MODULES   := shared $(BINARIES) e2e
+# The kubectl plugin is a module of its own, built by `make build` but never packaged as an image.
+PLUGIN    := kubectl-statefulops
+MODULES   := shared $(BINARIES) $(PLUGIN) e2e
 # The binaries of `make build`, outside the checkout so a fresh clone stays clean.
 BIN_DIR   ?= $(CACHE)/build/$(VERSION)
 
@@ -133,10 +135,11 @@ fuzz: ## Run every Go fuzz target for FUZZTIME each (their seed corpora run in `
 # (pause) that the local cluster's real node runs, the local cluster's volume provisioner, and the singleton's in-pod start hold (wrapper, sidecar). The package's last element is the binary's name.
 BUILD_PACKAGES := $(addprefix ./,$(BINARIES)) ./singleton-operator/cmd/singleton-wrapper \
 	./singleton-operator/cmd/status-sidecar ./e2e/cmd/testapp ./e2e/cmd/pause \
-	./e2e/cmd/local-provisioner
+	./e2e/cmd/local-provisioner ./$(PLUGIN)
 BUILD_NAMES    := $(notdir $(BUILD_PACKAGES))
-# local-provisioner runs as a process of the local cluster (kwokctl starts it), never in a container.
-IMAGE_NAMES    := $(filter-out local-provisioner,$(BUILD_NAMES))
+# local-provisioner runs as a process of the local cluster (kwokctl starts it), never in a container;
+# the plugin runs on the user's machine.
+IMAGE_NAMES    := $(filter-out local-provisioner $(PLUGIN),$(BUILD_NAMES))
 # Image tarballs of `make images`: docker-save layout, tags statefulops/<name>:$(VERSION).
 IMAGES_DIR ?= $(CACHE)/images/$(VERSION)
 export STATEFULOPS_IMAGES := $(IMAGES_DIR)
