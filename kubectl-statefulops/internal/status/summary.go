@@ -203,15 +203,15 @@ type RetainedClaim struct {
 
 // Extended is an ExtendedStatefulSet's versions, zones and canaries.
 type Extended struct {
-	Replicas       int32             `json:"replicas"`
-	Ready          int32             `json:"ready"`
-	Updated        int32             `json:"updated"`
-	CurrentVersion int32             `json:"currentVersion"`
-	UpdateVersion  int32             `json:"updateVersion"`
-	Versions       []Version         `json:"versions"`
-	Zones          []Zone            `json:"zones,omitempty"`
-	Canaries       Canaries          `json:"canaries"`
-	UpgradeJobs    []UpgradeJob      `json:"upgradeJobs,omitempty"`
+	Replicas       int32        `json:"replicas"`
+	Ready          int32        `json:"ready"`
+	Updated        int32        `json:"updated"`
+	CurrentVersion int32        `json:"currentVersion"`
+	UpdateVersion  int32        `json:"updateVersion"`
+	Versions       []Version    `json:"versions"`
+	Zones          []Zone       `json:"zones,omitempty"`
+	Canaries       Canaries     `json:"canaries"`
+	UpgradeJobs    []UpgradeJob `json:"upgradeJobs,omitempty"`
 }
 
 // Version is one version with a StatefulSet, and its pods.
