@@ -45,7 +45,7 @@ func resolveScope(c client.Client, namespace string, kindArg, name string) (scop
 		candidates = []kind{k}
 	}
 	for _, k := range candidates {
-		ok, err := kube.Installed(c, k.newList())
+		ok, err := kube.Installed(c, k.newObject())
 		if err != nil {
 			return sc, fmt.Errorf("asking the cluster whether it serves %s: %w", k.Kind, err)
 		}

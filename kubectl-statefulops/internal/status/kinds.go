@@ -22,20 +22,26 @@ type kind struct {
 	Short      string
 	Operator   string
 	newList    func() client.ObjectList
+	newObject  func() client.Object
 }
 
 // kinds are in the order status prints them: the pod-level guards first, then the workloads.
 var kinds = []kind{
 	{"StatefulSingleton", singletonv1.GroupVersion.String(), "statefulsingletons", "sss", "singleton-operator",
-		func() client.ObjectList { return &singletonv1.StatefulSingletonList{} }},
+		func() client.ObjectList { return &singletonv1.StatefulSingletonList{} },
+		func() client.Object { return &singletonv1.StatefulSingleton{} }},
 	{"StatefulSetLock", leasev1.GroupVersion.String(), "statefulsetlocks", "ssl", "lease-operator",
-		func() client.ObjectList { return &leasev1.StatefulSetLockList{} }},
+		func() client.ObjectList { return &leasev1.StatefulSetLockList{} },
+		func() client.Object { return &leasev1.StatefulSetLock{} }},
 	{"PhasedRollout", rolloutv1alpha1.GroupVersion.String(), "phasedrollouts", "pr", "rollout-operator",
-		func() client.ObjectList { return &rolloutv1alpha1.PhasedRolloutList{} }},
+		func() client.ObjectList { return &rolloutv1alpha1.PhasedRolloutList{} },
+		func() client.Object { return &rolloutv1alpha1.PhasedRollout{} }},
 	{"StatefulCluster", clusterv1alpha1.GroupVersion.String(), "statefulclusters", "stc", "cluster-operator",
-		func() client.ObjectList { return &clusterv1alpha1.StatefulClusterList{} }},
+		func() client.ObjectList { return &clusterv1alpha1.StatefulClusterList{} },
+		func() client.Object { return &clusterv1alpha1.StatefulCluster{} }},
 	{"ExtendedStatefulSet", extendedv1alpha1.GroupVersion.String(), "extendedstatefulsets", "ests", "extended-operator",
-		func() client.ObjectList { return &extendedv1alpha1.ExtendedStatefulSetList{} }},
+		func() client.ObjectList { return &extendedv1alpha1.ExtendedStatefulSetList{} },
+		func() client.Object { return &extendedv1alpha1.ExtendedStatefulSet{} }},
 }
 
 // group is the kind's API group, accepted after a dot (statefulsingleton.apps.openshift.statefulsingleton.com).

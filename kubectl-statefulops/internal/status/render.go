@@ -126,6 +126,14 @@ func yesNo(ok bool, yes, no string) string {
 	return no
 }
 
+// count writes n and the noun, in the plural unless n is 1.
+func count(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func orNone(list []string) string {
 	if len(list) == 0 {
 		return "none"
@@ -335,7 +343,7 @@ func rolloutNodes(root *node, v *Rollout, st Style, now time.Time) {
 			if c.SuccessThreshold > 0 {
 				passes = fmt.Sprintf("%d/%d passes in a row", c.ConsecutivePass, c.SuccessThreshold)
 			}
-			line = append(line, passes, fmt.Sprintf("%d runs, %d failed", c.Runs, c.Failed))
+			line = append(line, passes, count(int64(c.Runs), "run")+fmt.Sprintf(", %d failed", c.Failed))
 			if c.LastCheckTime != nil {
 				line = append(line, age(now, c.LastCheckTime)+" ago")
 			}
@@ -411,7 +419,7 @@ func extendedNodes(root *node, v *Extended, st Style) {
 	if v.UpdateVersion != v.CurrentVersion {
 		ver = fmt.Sprintf("upgrading version %d%s%d", v.CurrentVersion, st.arrow(), v.UpdateVersion)
 	}
-	root.add(strings.Join([]string{ver, fmt.Sprintf("%d replicas", v.Replicas), fmt.Sprintf("%d ready", v.Ready),
+	root.add(strings.Join([]string{ver, count(int64(v.Replicas), "replica"), fmt.Sprintf("%d ready", v.Ready),
 		fmt.Sprintf("%d updated", v.Updated)}, st.sep()))
 	vs := root.add("versions:")
 	if len(v.Versions) == 0 {
@@ -419,7 +427,7 @@ func extendedNodes(root *node, v *Extended, st Style) {
 	}
 	for _, x := range v.Versions {
 		vs.add(strings.Join([]string{fmt.Sprintf("v%d", x.Version), yesNo(x.Running, "running", "not running"),
-			fmt.Sprintf("%d pods, %d ready", x.Pods, x.Ready)}, st.sep()))
+			count(int64(x.Pods), "pod") + fmt.Sprintf(", %d ready", x.Ready)}, st.sep()))
 	}
 	if len(v.Zones) > 0 {
 		zs := root.add("zones:")
@@ -428,7 +436,7 @@ func extendedNodes(root *node, v *Extended, st Style) {
 			if z.UpdateVersion != z.CurrentVersion {
 				zver = fmt.Sprintf("version %d%s%d", z.CurrentVersion, st.arrow(), z.UpdateVersion)
 			}
-			nodes := fmt.Sprintf("%d ready nodes", z.ReadyNodes)
+			nodes := count(int64(z.ReadyNodes), "ready node")
 			if z.ReadyNodes == 0 {
 				nodes = st.paint(ansiRed, nodes)
 			}
