@@ -60,12 +60,6 @@ func (e *env) switchover(ctx context.Context, name, to string, w waitFlags) erro
 	if err := get(ctx, c, lockKind, client.ObjectKey{Namespace: ns, Name: name}, lock); err != nil {
 		return err
 	}
-	if lock.Status.WriterPod == to {
-		return fmt.Errorf("%s/%s: pod %s is already the writer (epoch %d)", lockKind, name, to, lock.Status.LeaseTransitions)
-	}
-	if pending, ok := lock.Annotations[leasev1.SwitchoverAnnotation]; ok {
-		return fmt.Errorf("%s/%s: a switchover to %q is already pending (%s); the operator removes the annotation once it is done", lockKind, name, pending, leasev1.SwitchoverAnnotation)
-	}
 	pod := &corev1.Pod{}
 	if err := get(ctx, c, "pod", client.ObjectKey{Namespace: ns, Name: to}, pod); err != nil {
 		return err
@@ -73,11 +67,21 @@ func (e *env) switchover(ctx context.Context, name, to string, w waitFlags) erro
 	if err := switchoverTarget(ctx, c, lock, pod); err != nil {
 		return fmt.Errorf("%s/%s: cannot switch over to pod %s: %w", lockKind, name, to, err)
 	}
-	oldWriter, oldEpoch := lock.Status.WriterPod, lock.Status.LeaseTransitions
+	var oldWriter string
+	var oldEpoch int32
 	start := e.now()
-	patch := mergePatch(lock.ResourceVersion, map[string]any{"metadata": map[string]any{"annotations": map[string]any{leasev1.SwitchoverAnnotation: to}}})
-	if err := c.Patch(ctx, lock, patch); err != nil {
-		return writeErr(fmt.Sprintf("switchover of %s/%s", lockKind, name), err)
+	err = patchFresh(ctx, c, lockKind, fmt.Sprintf("switchover of %s/%s", lockKind, name), lock, func() (map[string]any, error) {
+		if lock.Status.WriterPod == to {
+			return nil, fmt.Errorf("%s/%s: pod %s is already the writer (epoch %d)", lockKind, name, to, lock.Status.LeaseTransitions)
+		}
+		if pending, ok := lock.Annotations[leasev1.SwitchoverAnnotation]; ok {
+			return nil, fmt.Errorf("%s/%s: a switchover to %q is already pending (%s); the operator removes the annotation once it is done", lockKind, name, pending, leasev1.SwitchoverAnnotation)
+		}
+		oldWriter, oldEpoch = lock.Status.WriterPod, lock.Status.LeaseTransitions
+		return map[string]any{"metadata": map[string]any{"annotations": map[string]any{leasev1.SwitchoverAnnotation: to}}}, nil
+	})
+	if err != nil {
+		return err
 	}
 	out := e.streams.Out
 	if !w.wait {

@@ -134,19 +134,18 @@ func (e *env) rollout(ctx context.Context, name string, w waitFlags, a rolloutAc
 	if err != nil {
 		return err
 	}
-	c, key := cs.Client, client.ObjectKey{Namespace: cs.Namespace, Name: name}
+	c := cs.Client
 	pr := &rolloutv1alpha1.PhasedRollout{}
-	if err := get(ctx, c, rolloutKind, key, pr); err != nil {
-		return err
-	}
+	pr.Namespace, pr.Name = cs.Namespace, name
 	start := e.now()
 	value := "kubectl-statefulops " + start.UTC().Format("2006-01-02T15:04:05.000Z")
-	body, done, err := a.plan(pr, value)
+	var done rolloutWait
+	err = patchFresh(ctx, c, rolloutKind, fmt.Sprintf("%s %s/%s", a.name, rolloutKind, name), pr, func() (body map[string]any, err error) {
+		body, done, err = a.plan(pr, value)
+		return body, err
+	})
 	if err != nil {
 		return err
-	}
-	if err := c.Patch(ctx, pr, mergePatch(pr.ResourceVersion, body)); err != nil {
-		return writeErr(fmt.Sprintf("%s %s/%s", a.name, rolloutKind, name), err)
 	}
 	gen := pr.Generation // the patch's response: the generation of the edit
 	out := e.streams.Out
@@ -242,7 +241,9 @@ var abortAction = rolloutAction{name: "abort", plan: func(pr *rolloutv1alpha1.Ph
 			rolloutKind, pr.Name, phaseOf(pr), pr.Name, rolloutv1alpha1.AbortAnnotation)
 	}
 	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{rolloutv1alpha1.AbortAnnotation: "true"}}},
-		func(pr *rolloutv1alpha1.PhasedRollout, _ int64) bool { return pr.Status.Phase == rolloutv1alpha1.PhaseAborted }, nil
+		func(pr *rolloutv1alpha1.PhasedRollout, _ int64) bool {
+			return pr.Status.Phase == rolloutv1alpha1.PhaseAborted
+		}, nil
 }}
 
 func heldBy(pr *rolloutv1alpha1.PhasedRollout) string {

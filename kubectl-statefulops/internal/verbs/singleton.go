@@ -143,9 +143,22 @@ func (e *env) fenceRelease(ctx context.Context, name string, yes bool, w waitFla
 
 	before := ss.Status.ActivePodUID
 	start := e.now()
-	taints := append(append([]corev1.Taint{}, node.Spec.Taints...), corev1.Taint{Key: outOfService.Key, Value: outOfService.Value, Effect: outOfService.Effect, TimeAdded: &metav1.Time{Time: start}})
-	if err := c.Patch(ctx, node, mergePatch(node.ResourceVersion, map[string]any{"spec": map[string]any{"taints": taints}})); err != nil {
-		return writeErr("tainting node "+node.Name, err)
+	err = patchFresh(ctx, c, "node", "tainting node "+node.Name, node, func() (map[string]any, error) {
+		// Read again for the write: the same refusals hold on the state the taint is added to.
+		if nodeReady(node) {
+			return nil, fmt.Errorf("node %s turned Ready: its kubelet confirms the stop by itself; nothing was changed", node.Name)
+		}
+		taints := append([]corev1.Taint{}, node.Spec.Taints...)
+		for _, t := range taints {
+			if t.Key == outOfService.Key {
+				return nil, fmt.Errorf("node %s was tainted %s meanwhile; nothing was changed", node.Name, t.ToString())
+			}
+		}
+		taints = append(taints, corev1.Taint{Key: outOfService.Key, Value: outOfService.Value, Effect: outOfService.Effect, TimeAdded: &metav1.Time{Time: start}})
+		return map[string]any{"spec": map[string]any{"taints": taints}}, nil
+	})
+	if err != nil {
+		return err
 	}
 	out := e.streams.Out
 	printf(out, "node/%s tainted %s\n", node.Name, outOfService.ToString())

@@ -87,7 +87,9 @@ func (e *env) waitFor(ctx context.Context, c client.Client, obj client.Object, t
 // get reads the object named key, with a message naming the kind on NotFound.
 func get(ctx context.Context, c client.Client, kind string, key client.ObjectKey, obj client.Object) error {
 	if err := c.Get(ctx, key, obj); err != nil {
-		if apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) && key.Namespace == "" {
+			return fmt.Errorf("%s %q not found", kind, key.Name)
+		} else if apierrors.IsNotFound(err) {
 			return fmt.Errorf("%s %q not found in namespace %q", kind, key.Name, key.Namespace)
 		}
 		if meta.IsNoMatchError(err) {
@@ -98,11 +100,39 @@ func get(ctx context.Context, c client.Client, kind string, key client.ObjectKey
 	return nil
 }
 
+// conflictAttempts bounds patchFresh's reads and writes.
+const conflictAttempts = 5
+
+// patchFresh reads obj (named by its namespace and name), lets plan decide on what it read (refuse,
+// or return the merge patch to write) and writes the patch guarded by the resourceVersion read. The
+// operators write their objects' status often, which moves the resourceVersion, so a conflict is met
+// by reading again and deciding again on the newer state, a few times.
+// A failed write is worded by writeErr with what; plan's refusals are returned as they are.
+func patchFresh(ctx context.Context, c client.Client, kind, what string, obj client.Object, plan func() (map[string]any, error)) error {
+	key := client.ObjectKeyFromObject(obj)
+	for attempt := 1; ; attempt++ {
+		if err := get(ctx, c, kind, key, obj); err != nil {
+			return err
+		}
+		body, err := plan()
+		if err != nil {
+			return err
+		}
+		err = c.Patch(ctx, obj, mergePatch(obj.GetResourceVersion(), body))
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt == conflictAttempts {
+			return writeErr(what, err)
+		}
+	}
+}
+
 // writeErr words a failed write: a conflict means the object changed between the read and the write
 // (the patch carries the resourceVersion read), so the decision made on it may no longer hold.
 func writeErr(what string, err error) error {
 	if apierrors.IsConflict(err) {
-		return fmt.Errorf("%s: the object changed since it was read, nothing was written; run the command again: %w", what, err)
+		return fmt.Errorf("%s: the object kept changing while it was read and written, nothing was written; run the command again: %w", what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

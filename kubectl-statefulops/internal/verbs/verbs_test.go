@@ -278,7 +278,7 @@ func TestRolloutAbort(t *testing.T) {
 }
 
 // TestWriteCarriesTheResourceVersion: an object changed between the command's read and its write
-// is not written (the decision was taken on the old state), and the error says so.
+// is not written on the old decision: the command reads again and decides on the new state.
 func TestWriteCarriesTheResourceVersion(t *testing.T) {
 	var c client.WithWatch
 	raced := false
@@ -297,11 +297,44 @@ func TestWriteCarriesTheResourceVersion(t *testing.T) {
 		return cl.Patch(ctx, obj, patch, opts...)
 	}}, phasedRollout(rolloutv1alpha1.PhaseRolling, false, nil))
 	_, _, err := run(t, c, "", "rollout", "promote", "web", "--wait=false")
-	wantErr(t, err, "the object changed since it was read, nothing was written")
+	// The conflict makes the command read again and decide on the newer state: aborted meanwhile.
+	wantErr(t, err, "phasedrollout/web is aborted: a promote would wait until it is resumed")
 	pr := &rolloutv1alpha1.PhasedRollout{}
 	mustGet(t, c, "web", pr)
 	if _, ok := pr.Annotations[rolloutv1alpha1.PromoteAnnotation]; ok {
 		t.Error("the promote was written over a newer object")
+	}
+}
+
+// TestWriteRetriedAfterAStatusWrite: the operator's status writes move the resourceVersion; such a
+// conflict is not an error for the user, the command reads again and writes.
+func TestWriteRetriedAfterAStatusWrite(t *testing.T) {
+	patches := 0
+	c := newFake(&interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+		if patches++; patches == 1 {
+			other := &rolloutv1alpha1.PhasedRollout{}
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), other); err != nil {
+				return err
+			}
+			other.Status.Message = "a status write"
+			if err := cl.Status().Update(ctx, other); err != nil {
+				return err
+			}
+		}
+		return cl.Patch(ctx, obj, patch, opts...)
+	}}, phasedRollout(rolloutv1alpha1.PhaseRolling, false, nil))
+	out, _, err := run(t, c, "", "rollout", "abort", "web", "--wait=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, out, "abort requested")
+	if patches != 2 {
+		t.Errorf("%d patches, want 2 (the first one conflicts)", patches)
+	}
+	pr := &rolloutv1alpha1.PhasedRollout{}
+	mustGet(t, c, "web", pr)
+	if pr.Annotations[rolloutv1alpha1.AbortAnnotation] != "true" || pr.Status.Message != "a status write" {
+		t.Errorf("annotations %v, status message %q", pr.Annotations, pr.Status.Message)
 	}
 }
 
@@ -516,7 +549,7 @@ func statefulCluster() *clusterv1alpha1.StatefulCluster {
 
 func member(name string, ownerUID types.UID) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(name + "-uid"),
-		Labels: map[string]string{clusterv1alpha1.ClusterNameLabel: "coder"},
+		Labels:          map[string]string{clusterv1alpha1.ClusterNameLabel: "coder"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1alpha1.GroupVersion.String(), Kind: "StatefulCluster", Name: "coder", UID: ownerUID, Controller: ptr.To(true)}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
 }
