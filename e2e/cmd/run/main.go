@@ -174,7 +174,14 @@ func applySamples(ctx context.Context, k operators.Kubectl, root, stateDir strin
 
 // printHowTo tells the user how to reach the cluster and where each operator's logs are.
 func printHowTo(kubeconfig, stateDir string, onRealNode bool) {
-	fmt.Printf("  export KUBECONFIG=%s\n  kubectl get statefulops -A\n\n", kubeconfig)
+	fmt.Printf("  export KUBECONFIG=%s\n", kubeconfig)
+	// The plugin is the next thing to try: `make build` put it beside the operators' binaries.
+	if bin := os.Getenv("STATEFULOPS_BIN"); bin != "" {
+		fmt.Printf("  export PATH=%s:$PATH\n  kubectl statefulops status -A    # health and workload of every object (docs/kubectl-plugin.md)\n", bin)
+	} else {
+		fmt.Println("  kubectl statefulops status -A    # after `make build`, with its build directory on PATH (docs/kubectl-plugin.md)")
+	}
+	fmt.Print("  kubectl get statefulops -A\n\n")
 	fmt.Println("Operator logs:")
 	for _, b := range operators.All() {
 		switch {
