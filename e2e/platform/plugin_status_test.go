@@ -88,6 +88,13 @@ func TestPluginStatus(t *testing.T) {
 		}
 		assert.Equal(t, 1, heads, "KIND/NAME shows one object:\n%s", one)
 
+		all, err := framework.Plugin(t.Context(), "status", "-A")
+		require.NoError(t, err)
+		t.Logf("$ kubectl statefulops status -A\n%s", all)
+		for _, head := range []string{"StatefulSingleton " + ns + "/my-database", "PhasedRollout " + ns + "/phasedrollout-sample", "ExtendedStatefulSet " + ns + "/myextendedstatefulset"} {
+			assert.Contains(t, all, head, "-A shows the objects of every namespace")
+		}
+
 		_, err = framework.Plugin(t.Context(), "status", "-n", ns, "sss/no-such-singleton")
 		assert.ErrorContains(t, err, "not found", "a missing object is an error")
 	})
@@ -186,8 +193,11 @@ func TestPluginStatus(t *testing.T) {
 		lines := bufio.NewScanner(stdout)
 		var seen strings.Builder
 		// The first frame ends with the ExtendedStatefulSet, the last kind; the change follows it.
-		for lines.Scan() && !strings.HasPrefix(lines.Text(), "ExtendedStatefulSet ") {
+		for lines.Scan() {
 			seen.WriteString(lines.Text() + "\n")
+			if strings.HasPrefix(lines.Text(), "ExtendedStatefulSet ") {
+				break
+			}
 		}
 		_, err = framework.Kubectl().Run(ctx, "patch", "-n", ns, "phasedrollout/phasedrollout-sample", "--type=merge", "-p", `{"spec":{"paused":true}}`)
 		require.NoError(t, err)
@@ -199,6 +209,22 @@ func TestPluginStatus(t *testing.T) {
 			paused = separator && strings.HasPrefix(line, "  phase ") && strings.Contains(line, "target web") && strings.HasSuffix(line, ", paused")
 		}
 		assert.True(t, paused, "--watch printed no frame, after a separator, showing the rollout paused:\n%s", seen.String())
+
+		// A new revision of the StatefulSet starts a rollout: a later frame shows its step.
+		_, err = framework.Kubectl().Run(ctx, "patch", "-n", ns, "phasedrollout/phasedrollout-sample", "--type=merge", "-p", `{"spec":{"paused":false}}`)
+		require.NoError(t, err)
+		_, err = framework.Kubectl().Run(ctx, "patch", "-n", ns, "statefulset/web", "--type=merge", "-p", `{"spec":{"template":{"metadata":{"annotations":{"e2e/revision":"2"}}}}}`)
+		require.NoError(t, err)
+		stepShown := false
+		for !stepShown && lines.Scan() {
+			seen.WriteString(lines.Text() + "\n")
+			stepShown = strings.HasPrefix(lines.Text(), "  step: ")
+		}
+		for lines.Scan() && lines.Text() != "" { // the rest of that object
+			seen.WriteString(lines.Text() + "\n")
+		}
+		t.Logf("$ kubectl statefulops status -n %s --watch\n%s", ns, seen.String())
+		assert.True(t, stepShown, "--watch printed no frame with the rollout's step after the template changed")
 	})
 	t.Logf("status checks took %s beyond the wait for Ready", time.Since(checkStart).Round(time.Second))
 }
