@@ -167,11 +167,9 @@ func objectNode(o Object, st Style, now time.Time) *node {
 // the Ready condition; kstatus's own message when the object has none of them.
 func healthLine(h Health, st Style) string {
 	if h.Condition == "" {
-		msg := h.Message
-		if msg == "" {
-			msg = "no Ready condition yet"
-		}
-		return "status: " + msg
+		// kstatus reads an object without conditions as Current; say that the operator has not
+		// reported on it, so a missing or stopped operator does not pass for health.
+		return "status: " + h.Message + " (no Ready condition: the operator has not reported on it yet)"
 	}
 	label := "ready"
 	switch {

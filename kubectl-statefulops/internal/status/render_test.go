@@ -383,3 +383,16 @@ func TestEmptyView(t *testing.T) {
 		t.Errorf("empty view: %q", b.String())
 	}
 }
+
+// An object the operator never reported on reads Current for kstatus; the view says why.
+func TestRenderWithoutConditions(t *testing.T) {
+	sum := summaryOf(t, fixture{name: "new", kind: "ssl", obj: &leasev1.StatefulSetLock{ObjectMeta: objMeta("shop", "new", 1),
+		Spec: leasev1.StatefulSetLockSpec{StatefulSetName: "pg", LeaseName: "pg-lease"}}})
+	var b bytes.Buffer
+	if err := RenderText(&b, sum, Style{}, now, "none"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "\n  status: Resource is current (no Ready condition: the operator has not reported on it yet)\n") {
+		t.Errorf("an object without conditions:\n%s", b.String())
+	}
+}
