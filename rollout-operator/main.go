@@ -23,9 +23,10 @@ func main() {
 		Name:             "rollout-operator",
 		Short:            "Runs PhasedRollout: StatefulSet updates one pod at a time, gated by Prometheus checks.",
 		LeaderElectionID: "304add93.sts.plus",
+		Schemes:          []func(*runtime.Scheme) error{rolloutv1alpha1.AddToScheme},
 		// StatefulSetLocks (lease-operator) are read, and annotated for a switchover, when the kind is
-		// served (controller/writer.go).
-		Schemes: []func(*runtime.Scheme) error{rolloutv1alpha1.AddToScheme, leasev1.AddToScheme},
+		// served (controller/writer.go); installed alone, the rollout-operator does not wait for them.
+		OptionalSchemes: []func(*runtime.Scheme) error{leasev1.AddToScheme},
 		// Only StatefulSets' pods in the cache, stripped to what wakes the controller (controller/cache.go).
 		Cache: controller.CacheOptions,
 		Flags: opts.AddFlags,

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -41,8 +42,13 @@ type Options struct {
 	// --leader-elect-renew-deadline and --leader-elect-retry-period flags override; zero fields take
 	// DefaultLeaderElection's. Choose them with the trade-off of LeaderElectionTimings' documentation.
 	LeaderElection LeaderElectionTimings
-	// Schemes add the API types the binary serves or watches, beyond client-go's built-in kinds.
+	// Schemes add the API types the binary serves or watches, beyond client-go's built-in kinds. The
+	// binary waits at start until the API server serves each of their kinds (its CRDs are installed).
 	Schemes []func(*runtime.Scheme) error
+	// OptionalSchemes add API types of other operators that the binary uses only when they are served
+	// (e.g. the rollout-operator's StatefulSetLocks): in the scheme, but never waited for, so an operator
+	// installed alone starts without the other operator's CRD.
+	OptionalSchemes []func(*runtime.Scheme) error
 	// Webhooks makes the binary serve admission webhooks over TLS and adds the --webhook-* flags.
 	Webhooks bool
 	// Flags adds the binary's own flags to its command's flag set, which already holds the common ones:
@@ -154,7 +160,7 @@ func NewRootCommand(opts Options) *cobra.Command {
 // run builds the manager from the flags, lets the binary register its controllers and runs until ctx ends.
 func run(ctx context.Context, opts Options, f *flags) error {
 	setupLog := setupLogging(opts.Name, f)
-	scheme, err := newScheme(opts.Schemes)
+	scheme, err := newScheme(append(slices.Clone(opts.Schemes), opts.OptionalSchemes...))
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -203,4 +204,83 @@ func TestRunWaitsForItsCRDInsteadOfExiting(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the command did not return after its context was cancelled")
 	}
+}
+
+// The kinds of another operator (OptionalSchemes, e.g. the rollout-operator's StatefulSetLocks) are in
+// the scheme but never waited for: an operator installed alone, without that operator's CRD, starts,
+// sets up its controllers and becomes ready.
+func TestRunDoesNotWaitForOptionalKinds(t *testing.T) {
+	cfg, kubeconfig := startEnvtest(t)
+	_, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+		Paths: []string{filepath.Join("..", "..", "lease-operator", "config", "crd", "bases")}, ErrorIfPathMissing: true,
+	})
+	require.NoError(t, err)
+
+	setupCalled := make(chan struct{})
+	cmd := NewRootCommand(Options{
+		Name:             "test-operator",
+		LeaderElectionID: "test-operator-optional.statefulops.dev",
+		Schemes:          []func(*runtime.Scheme) error{leasev1.AddToScheme},
+		// A kind of a group no CRD serves in this API server.
+		OptionalSchemes: []func(*runtime.Scheme) error{optionalKindScheme},
+		Setup: func(ctx context.Context, mgr ctrl.Manager) error {
+			require.True(t, mgr.GetScheme().Recognizes(optionalKindGV.WithKind("Widget")), "the optional kind is in the scheme")
+			close(setupCalled)
+			return nil
+		},
+	})
+	probePort := freePort(t)
+	cmd.SetArgs([]string{
+		"--kubeconfig", kubeconfig,
+		"--leader-election-namespace", "default",
+		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort),
+		"--metrics-bind-address=0",
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	select {
+	case <-setupCalled:
+	case err := <-done:
+		t.Fatalf("the command returned: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("Setup was never called: the bootstrap waited for the optional kind")
+	}
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 100*time.Millisecond, "ready without the optional kind's CRD")
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the command did not return after its context was cancelled")
+	}
+}
+
+var optionalKindGV = schema.GroupVersion{Group: "optional.statefulops.dev", Version: "v1"}
+
+// optionalKindScheme registers Widget and WidgetList (as a CRD's Go types would) in a group nothing serves.
+func optionalKindScheme(s *runtime.Scheme) error {
+	s.AddKnownTypeWithName(optionalKindGV.WithKind("Widget"), &unstructuredWidget{})
+	s.AddKnownTypeWithName(optionalKindGV.WithKind("WidgetList"), &unstructuredWidgetList{})
+	return nil
+}
+
+type unstructuredWidget struct{ metav1.PartialObjectMetadata }
+
+func (w *unstructuredWidget) DeepCopyObject() runtime.Object {
+	return &unstructuredWidget{PartialObjectMetadata: *w.PartialObjectMetadata.DeepCopy()}
+}
+
+type unstructuredWidgetList struct{ metav1.PartialObjectMetadataList }
+
+func (w *unstructuredWidgetList) DeepCopyObject() runtime.Object {
+	return &unstructuredWidgetList{PartialObjectMetadataList: *w.PartialObjectMetadataList.DeepCopy()}
 }
