@@ -59,18 +59,32 @@ func newFenceReleaseCommand(e *env) *cobra.Command {
 	return cmd
 }
 
-// fenceTarget is what a singleton waits on: the node that never confirmed the stop of pod.
+// fenceTarget is what a singleton waits on: the node that never confirmed the stop of a pod (pod,
+// its name or a description, and podUID).
 type fenceTarget struct {
 	node, pod, why string
+	podUID         string
 }
 
 // findFence names the NotReady node the singleton waits on, or says why it waits on none.
 func findFence(ctx context.Context, c client.Client, ss *singletonv1.StatefulSingleton) (*fenceTarget, error) {
 	if f := condition(ss.Status.Conditions, singletonv1.ConditionFencingRequired); f != nil && f.Status == metav1.ConditionTrue {
+		// A Wrapper pod released on its predecessor's exit is already the recorded active pod; the
+		// predecessor that vanished, and its node, are in its start-on-exit annotation.
+		if ss.Status.ActivePod != "" {
+			held := &corev1.Pod{}
+			err := c.Get(ctx, client.ObjectKey{Namespace: ss.Namespace, Name: ss.Status.ActivePod}, held)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("reading pod %s: %w", ss.Status.ActivePod, err)
+			}
+			if cond, ok := singletonv1.PodStartOnExit(held); err == nil && string(held.UID) == ss.Status.ActivePodUID && ok {
+				return &fenceTarget{node: cond.Node, pod: "of UID " + string(cond.PodUID), podUID: string(cond.PodUID), why: f.Message}, nil
+			}
+		}
 		if ss.Status.ActivePodNode == "" {
 			return nil, fmt.Errorf("%s/%s requires fencing but its status names no node (status.activePodNode): %s", singletonKind, ss.Name, f.Message)
 		}
-		return &fenceTarget{node: ss.Status.ActivePodNode, pod: ss.Status.ActivePod, why: f.Message}, nil
+		return &fenceTarget{node: ss.Status.ActivePodNode, pod: ss.Status.ActivePod, podUID: ss.Status.ActivePodUID, why: f.Message}, nil
 	}
 	if h := ss.Status.Handover; h != nil {
 		pod := &corev1.Pod{}
@@ -83,7 +97,7 @@ func findFence(ctx context.Context, c client.Client, ss *singletonv1.StatefulSin
 		if pod.Spec.NodeName == "" {
 			return nil, fmt.Errorf("%s/%s waits for pod %s, which is on no node: nothing to fence", singletonKind, ss.Name, pod.Name)
 		}
-		return &fenceTarget{node: pod.Spec.NodeName, pod: pod.Name,
+		return &fenceTarget{node: pod.Spec.NodeName, pod: pod.Name, podUID: string(pod.UID),
 			why: fmt.Sprintf("pod %s is terminating since %s on node %s", pod.Name, h.TerminatingSince.UTC().Format("2006-01-02T15:04:05Z"), pod.Spec.NodeName)}, nil
 	}
 	return nil, fmt.Errorf("%s/%s is not waiting on a node (phase %s%s): nothing to fence", singletonKind, ss.Name, orNone(string(ss.Status.Phase)), messageSuffix(ss.Status.Message))
@@ -117,7 +131,7 @@ func (e *env) fenceRelease(ctx context.Context, name string, yes bool, w waitFla
 		return fmt.Errorf("reading node %s: %w", fence.node, err)
 	}
 	if nodeReady(node) {
-		return fmt.Errorf("node %s is Ready: its kubelet confirms the stop of pod %s by itself; refusing to taint a running node", node.Name, fence.pod)
+		return fmt.Errorf("node %s is Ready: its kubelet confirms the stop of pod %s by itself; refusing to taint a running node", node.Name, orNone(fence.pod))
 	}
 	for _, t := range node.Spec.Taints {
 		if t.Key == outOfService.Key {
@@ -141,7 +155,6 @@ func (e *env) fenceRelease(ctx context.Context, name string, yes bool, w waitFla
 		}
 	}
 
-	before := ss.Status.ActivePodUID
 	start := e.now()
 	err = patchFresh(ctx, c, "node", "tainting node "+node.Name, node, func() (map[string]any, error) {
 		// Read again for the write: the same refusals hold on the state the taint is added to.
@@ -167,13 +180,17 @@ func (e *env) fenceRelease(ctx context.Context, name string, yes bool, w waitFla
 		return nil
 	}
 	err = e.waitFor(ctx, c, ss, w.timeout, func() (bool, string, error) {
-		released := ss.Status.ActivePod != "" && ss.Status.ActivePodUID != before && !conditionTrue(ss.Status.Conditions, singletonv1.ConditionFencingRequired)
+		// Released: a pod other than the one waited on is active, and nothing is pending (a pod
+		// released on its predecessor's exit is recorded active before, but the phase is Running only
+		// once its release is complete).
+		released := ss.Status.Phase == singletonv1.PhaseRunning && ss.Status.ActivePod != "" && ss.Status.ActivePodUID != fence.podUID &&
+			!conditionTrue(ss.Status.Conditions, singletonv1.ConditionFencingRequired)
 		return released, fmt.Sprintf("phase %s, active pod %s%s", orNone(string(ss.Status.Phase)), orNone(ss.Status.ActivePod), messageSuffix(ss.Status.Message)), nil
 	})
 	if err != nil {
 		return err
 	}
-	printf(out, "%s/%s: pod %s released after %s (epoch %d, phase %s); it waited on pod %s\n", singletonKind, name, ss.Status.ActivePod, e.since(start), ss.Status.Epoch, ss.Status.Phase, orNone(fence.pod))
+	printf(out, "%s/%s: pod %s released after %s (epoch %d, phase %s); it waited on pod %s on node %s\n", singletonKind, name, ss.Status.ActivePod, e.since(start), ss.Status.Epoch, ss.Status.Phase, orNone(fence.pod), node.Name)
 	printf(out, "once node %s is back and clean: kubectl taint node %s %s-\n", node.Name, node.Name, outOfService.Key)
 	return nil
 }

@@ -508,7 +508,7 @@ func TestFenceRelease(t *testing.T) {
 	}
 	wantLines(t, errOut, "statefulsingleton/app waits on node down, which is not Ready: pod app-a vanished", "WARNING: tainting node down", "Type the node's name to taint it: ")
 	wantLines(t, out, "node/down tainted node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
-		"statefulsingleton/app: pod app-b released after", "(epoch 2, phase Running); it waited on pod app-a",
+		"statefulsingleton/app: pod app-b released after", "(epoch 2, phase Running); it waited on pod app-a on node down",
 		"once node down is back and clean: kubectl taint node down node.kubernetes.io/out-of-service-")
 	got := &corev1.Node{}
 	if err := c.Get(t.Context(), client.ObjectKey{Name: "down"}, got); err != nil {
@@ -517,6 +517,35 @@ func TestFenceRelease(t *testing.T) {
 	if len(got.Spec.Taints) != 2 || got.Spec.Taints[0].Key != corev1.TaintNodeUnreachable || got.Spec.Taints[1].ToString() != outOfService.ToString() {
 		t.Errorf("taints %v", got.Spec.Taints)
 	}
+}
+
+// TestFenceReleaseStartOnExit: a Wrapper pod released on its predecessor's exit is the recorded
+// active pod (on a Ready node) while the predecessor vanished from a NotReady one: the node to fence
+// is the one its start-on-exit annotation names, and the release shows as phase Running with the
+// same active pod.
+func TestFenceReleaseStartOnExit(t *testing.T) {
+	held := stsPod("app-b", "app", "n1", false)
+	held.Annotations = map[string]string{singletonv1.AnnotationStartOnExit: "2/a-uid/down"}
+	ss := fencedSingleton()
+	ss.Status.ActivePod, ss.Status.ActivePodUID, ss.Status.ActivePodNode = "app-b", "app-b-uid", "n1"
+	c := newFake(nil, ss, held, readyNode("n1", true), readyNode("down", false))
+	operator(t, func(ctx context.Context) bool {
+		n := &corev1.Node{}
+		if c.Get(ctx, client.ObjectKey{Name: "down"}, n) != nil || len(n.Spec.Taints) == 0 {
+			return false
+		}
+		ss := &singletonv1.StatefulSingleton{}
+		if c.Get(ctx, key("app"), ss) != nil {
+			return false
+		}
+		ss.Status.Phase, ss.Status.Epoch, ss.Status.Conditions = singletonv1.PhaseRunning, 2, nil
+		return c.Status().Update(ctx, ss) == nil
+	})
+	out, _, err := run(t, c, "", "singleton", "fence-release", "app", "--yes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, out, "node/down tainted", "pod app-b released after", "it waited on pod of UID a-uid on node down")
 }
 
 // TestFenceReleaseTerminatingPod: the node of the pod a handover waits for.
