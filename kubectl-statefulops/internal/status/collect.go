@@ -77,8 +77,8 @@ func (sc scope) kindListOptions() []client.ListOption {
 	return opts
 }
 
-// collect reads the objects in scope, then the pods (and, for rollouts, the StatefulSets) of their
-// namespaces, and summarises each object.
+// collect reads the objects in scope, then the pods (and, for rollouts and ExtendedStatefulSets, the
+// StatefulSets) of their namespaces, and summarises each object.
 func collect(ctx context.Context, c client.Client, sc scope) (snapshot, error) {
 	snap := snapshot{versions: map[string]string{}, summary: Summary{Objects: []Object{}}}
 	type found struct {
@@ -100,7 +100,7 @@ func collect(ctx context.Context, c client.Client, sc scope) (snapshot, error) {
 		for _, it := range items {
 			obj := it.(client.Object)
 			objs = append(objs, found{k, obj})
-			if k.Kind == "PhasedRollout" {
+			if k.Kind == "PhasedRollout" || k.Kind == "ExtendedStatefulSet" {
 				wantSets = true
 			}
 		}
@@ -126,7 +126,7 @@ func collect(ctx context.Context, c client.Client, sc scope) (snapshot, error) {
 	if wantSets {
 		listed := map[string]bool{}
 		for _, o := range objs {
-			if o.k.Kind != "PhasedRollout" || listed[o.obj.GetNamespace()] {
+			if (o.k.Kind != "PhasedRollout" && o.k.Kind != "ExtendedStatefulSet") || listed[o.obj.GetNamespace()] {
 				continue
 			}
 			listed[o.obj.GetNamespace()] = true

@@ -424,8 +424,15 @@ func extendedNodes(root *node, v *Extended, st Style) {
 		vs.text = "versions: none yet"
 	}
 	for _, x := range v.Versions {
-		vs.add(strings.Join([]string{fmt.Sprintf("v%d", x.Version), yesNo(x.Running, "running", "not running"),
-			count(int64(x.Pods), "pod") + fmt.Sprintf(", %d ready", x.Ready)}, st.sep()))
+		line := []string{fmt.Sprintf("v%d", x.Version), yesNo(x.Running, "running", "not running")}
+		if x.Phase != "" {
+			line = append(line, "phase "+x.Phase)
+		}
+		if x.Stale {
+			line = append(line, st.paint(ansiRed, "stale"))
+		}
+		line = append(line, count(int64(x.Pods), "pod")+fmt.Sprintf(", %d ready", x.Ready))
+		vs.add(strings.Join(line, st.sep()))
 	}
 	if len(v.Zones) > 0 {
 		zs := root.add("zones:")

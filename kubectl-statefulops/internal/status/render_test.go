@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,6 +91,13 @@ func claims(names ...string) podOpt {
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: n}}})
 		}
 	}
+}
+
+// esSet is the StatefulSet of one version of an ExtendedStatefulSet, in the given phase.
+func esSet(name, owner string, version int, phase string) appsv1.StatefulSet {
+	return appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name,
+		Labels:      map[string]string{extendedv1alpha1.NameLabel: owner, extendedv1alpha1.VersionLabel: fmt.Sprint(version)},
+		Annotations: map[string]string{extendedv1alpha1.PhaseAnnotation: phase}}}
 }
 
 // fixture is one object and what its namespace holds, as the cluster would return them.
@@ -228,7 +236,7 @@ func fixtures() []fixture {
 					{Name: "zone-b", Index: 2, Replicas: 1, ReadyReplicas: 1, CurrentVersion: 2, UpdateVersion: 2, ReadyNodes: 1},
 				},
 				Conditions: []metav1.Condition{cond("Ready", "True", "Reconciled", "version 2 runs with 2 of 2 pods Ready")}},
-		}, ns: namespaceState{Pods: []corev1.Pod{
+		}, ns: namespaceState{StatefulSets: []appsv1.StatefulSet{esSet("app-z0-v2", "app", 2, "Done"), esSet("app-z1-v2", "app", 2, "Done")}, Pods: []corev1.Pod{
 			pod("shop", "app-z0-v2-0", true, labelled(extendedv1alpha1.NameLabel, "app", extendedv1alpha1.VersionLabel, "2")),
 			pod("shop", "app-z1-v2-0", true, labelled(extendedv1alpha1.NameLabel, "app", extendedv1alpha1.VersionLabel, "2")),
 		}}},
@@ -242,7 +250,7 @@ func fixtures() []fixture {
 					cond("Ready", "False", "CanaryRollout", "canary app-v3-0 of version 3 is not Ready"),
 					cond("Reconciling", "True", "CanaryRollout", "canary app-v3-0 of version 3 is not Ready (retry 1 of 2)"),
 				}},
-		}, ns: namespaceState{Pods: []corev1.Pod{
+		}, ns: namespaceState{StatefulSets: []appsv1.StatefulSet{esSet("app-v2", "app", 2, "Done"), esSet("app-v3", "app", 3, "Canary"), esSet("other-v3", "other", 3, "Rollout")}, Pods: []corev1.Pod{
 			pod("shop", "app-v2-0", true, labelled(extendedv1alpha1.NameLabel, "app", extendedv1alpha1.VersionLabel, "2")),
 			pod("shop", "app-v2-1", true, labelled(extendedv1alpha1.NameLabel, "app", extendedv1alpha1.VersionLabel, "2")),
 			pod("shop", "app-v3-0", false, labelled(extendedv1alpha1.NameLabel, "app", extendedv1alpha1.VersionLabel, "3")),

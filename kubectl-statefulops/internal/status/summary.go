@@ -218,8 +218,13 @@ type Extended struct {
 type Version struct {
 	Version int32 `json:"version"`
 	Running bool  `json:"running"`
-	Pods    int   `json:"pods"`
-	Ready   int   `json:"ready"`
+	// Phase is where the version is in its upgrade (its StatefulSet's phase annotation): PreJob,
+	// Canary, Rollout, PostJob or Done.
+	Phase string `json:"phase,omitempty"`
+	// Stale is true when the version failed and was marked stale.
+	Stale bool `json:"stale,omitempty"`
+	Pods  int  `json:"pods"`
+	Ready int  `json:"ready"`
 }
 
 // Zone is one availability zone.
@@ -233,7 +238,7 @@ type Zone struct {
 	ReadyNodes     int32  `json:"readyNodes"`
 }
 
-// Canaries are the canary settings and, during an upgrade, the canary pods of the update version.
+// Canaries are the canary settings and the canary pods: those of a version in its Canary phase.
 type Canaries struct {
 	Count      int32    `json:"count"`
 	Retries    int32    `json:"retries"`
@@ -280,7 +285,7 @@ func summarize(k kind, obj client.Object, ns *namespaceState) (Object, error) {
 	case *clusterv1alpha1.StatefulCluster:
 		o.Cluster, err = clusterView(x, ns.Pods)
 	case *extendedv1alpha1.ExtendedStatefulSet:
-		o.Extended = extendedView(x, ns.Pods)
+		o.Extended = extendedView(x, ns.Pods, ns.StatefulSets)
 	default:
 		return o, fmt.Errorf("%T is not a statefulops kind", obj)
 	}
@@ -537,9 +542,10 @@ func clusterView(c *clusterv1alpha1.StatefulCluster, pods []corev1.Pod) (*Cluste
 	return v, nil
 }
 
-// extendedView reads versions, zones and retries from the status, and the pods of each version (the
-// canaries among them) from the pods labelled with the ExtendedStatefulSet's name.
-func extendedView(e *extendedv1alpha1.ExtendedStatefulSet, pods []corev1.Pod) *Extended {
+// extendedView reads versions, zones and retries from the status, each version's phase from its
+// StatefulSets' annotations, and the pods of each version (the canaries among them) from the pods
+// labelled with the ExtendedStatefulSet's name.
+func extendedView(e *extendedv1alpha1.ExtendedStatefulSet, pods []corev1.Pod, sets []appsv1.StatefulSet) *Extended {
 	st := e.Status
 	v := &Extended{
 		Replicas: st.Replicas, Ready: st.ReadyReplicas, Updated: st.UpdatedReplicas,
@@ -559,25 +565,46 @@ func extendedView(e *extendedv1alpha1.ExtendedStatefulSet, pods []corev1.Pod) *E
 		}
 		byVersion[int32(n)] = &Version{Version: int32(n), Running: running}
 	}
-	for i := range pods {
-		p := &pods[i]
-		if p.Labels[extendedv1alpha1.NameLabel] != e.Name || p.DeletionTimestamp != nil {
-			continue
+	versionOf := func(labels map[string]string) (*Version, bool) {
+		if labels[extendedv1alpha1.NameLabel] != e.Name {
+			return nil, false
 		}
-		n, err := strconv.ParseInt(p.Labels[extendedv1alpha1.VersionLabel], 10, 32)
+		n, err := strconv.ParseInt(labels[extendedv1alpha1.VersionLabel], 10, 32)
 		if err != nil {
-			continue
+			return nil, false
 		}
 		ver := byVersion[int32(n)]
 		if ver == nil {
 			ver = &Version{Version: int32(n)}
 			byVersion[int32(n)] = ver
 		}
+		return ver, true
+	}
+	for i := range sets {
+		ver, ok := versionOf(sets[i].Labels)
+		if !ok {
+			continue
+		}
+		// With zones a version has one StatefulSet per zone; the zone still in canaries says Canary.
+		if phase := sets[i].Annotations[extendedv1alpha1.PhaseAnnotation]; phase != "" && ver.Phase != extendedv1alpha1.PhaseCanary {
+			ver.Phase = phase
+		}
+		ver.Stale = ver.Stale || sets[i].Annotations[extendedv1alpha1.StaleAnnotation] == "true"
+	}
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		ver, ok := versionOf(p.Labels)
+		if !ok {
+			continue
+		}
 		ver.Pods++
 		if podReady(p) {
 			ver.Ready++
 		}
-		if st.UpdateVersion != st.CurrentVersion && int32(n) == st.UpdateVersion {
+		if ver.Phase == extendedv1alpha1.PhaseCanary {
 			v.Canaries.Pods = append(v.Canaries.Pods, p.Name)
 		}
 	}
