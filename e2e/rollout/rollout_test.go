@@ -349,15 +349,18 @@ func TestRolloutAdoptsANativeRollout(t *testing.T) {
 	_, err := framework.Clientset.AppsV1().StatefulSets(ns).Create(t.Context(), &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:        &replicas,
-			Selector:        &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Template:        framework.PodTemplate("web"),
-			MinReadySeconds: 30, // the native rollout waits 30s after each pod: time to adopt it
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: framework.PodTemplate("web"),
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	framework.WaitStatefulSetReady(t, ns, "web", 3)
 	rev1 := stsCurrentRevisionOf(t, ns, "web")
+	// Only now (not at creation, where it would cost 30 s per pod): the native rollout waits 30 s after
+	// each updated pod, time to adopt it. minReadySeconds is not part of the revision.
+	_, err = framework.Clientset.AppsV1().StatefulSets(ns).Patch(t.Context(), "web", types.MergePatchType, []byte(`{"spec":{"minReadySeconds":30}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
 
 	framework.BumpTemplate(t, ns, "web", "2")
 	require.Eventually(t, func() bool { return stsUpdateRevisionOf(t, ns, "web") != rev1 }, framework.Timeout, framework.Tick)
