@@ -2,12 +2,15 @@ package status
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -118,11 +121,141 @@ func TestWatchRedrawsOnChange(t *testing.T) {
 	frames := make(chan Summary, 16)
 	done := make(chan error, 1)
 	go func() {
-		done <- watchLoop(ctx, c, sc, snap, 10*time.Millisecond, func(s Summary) error { frames <- s; return nil })
+		done <- watchLoop(ctx, c, sc, snap, 10*time.Millisecond, func(s Summary) error {
+			select {
+			case frames <- s:
+			case <-ctx.Done():
+			}
+			return nil
+		})
 	}()
 
-	// The fake client's watch does not replay from a resourceVersion, so the change is repeated until
-	// the watch, opened concurrently, has seen one.
+	changeUntilFrame(t, ctx, c, lock, frames, done)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("cancelling the watch is not an error: %v", err)
+	}
+}
+
+// Frames: piped, each later frame follows a separator; on a terminal each clears the screen; a frame
+// equal to the last is not written; JSON is a stream of documents and YAML documents are separated.
+func TestFrames(t *testing.T) {
+	one := summaryOf(t, fixtures()[2])
+	two := summaryOf(t, fixtures()[3])
+	for _, tc := range []struct {
+		name    string
+		f       frames
+		want    []string // substrings in order
+		frames  int
+		noClear bool
+	}{
+		{name: "piped", f: frames{format: "", style: Style{}, watch: true}, want: []string{"StatefulSetLock", "\n--- ", "StatefulSetLock"}, frames: 2, noClear: true},
+		{name: "terminal", f: frames{format: "", style: Style{Tree: true}, watch: true}, want: []string{"\x1b[H\x1b[2J", "StatefulSetLock", "\x1b[H\x1b[2J", "StatefulSetLock"}, frames: 2},
+		{name: "json", f: frames{format: "json", watch: true}, want: []string{`"objects"`, "}\n{", `"objects"`}, frames: 2, noClear: true},
+		{name: "yaml", f: frames{format: "yaml", watch: true}, want: []string{"objects:", "\n---\nobjects:"}, frames: 2, noClear: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			tc.f.w = &b
+			for _, s := range []Summary{one, one, two, two} {
+				if err := tc.f.emit(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.f.count != tc.frames {
+				t.Errorf("%d frames written, want %d (equal frames are skipped)", tc.f.count, tc.frames)
+			}
+			rest := b.String()
+			for _, w := range tc.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("output lacks %q (in order):\n%s", w, b.String())
+				}
+				rest = rest[i+len(w):]
+			}
+			if tc.noClear && strings.Contains(b.String(), "\x1b") {
+				t.Errorf("escape sequences in %s output", tc.name)
+			}
+		})
+	}
+	// Without --watch a terminal's single frame does not clear the screen.
+	var b strings.Builder
+	f := frames{w: &b, style: Style{Tree: true}}
+	if err := f.emit(one); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "\x1b[2J") {
+		t.Error("status without --watch cleared the screen")
+	}
+}
+
+// expiringClient's first watch reports 410 Gone at once, as the API server does for a resourceVersion
+// older than its watch cache.
+type expiringClient struct {
+	client.WithWatch
+	watches int
+}
+
+func (c *expiringClient) Watch(ctx context.Context, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+	c.watches++
+	if c.watches == 1 {
+		w := watch.NewFake()
+		go w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
+		return w, nil
+	}
+	return c.WithWatch.Watch(ctx, list, opts...)
+}
+
+// A watch that expires makes the loop read everything again and watch on from there.
+func TestWatchRelistsAfterExpiry(t *testing.T) {
+	fx := fixtures()[2]
+	lock := fx.obj.(*leasev1.StatefulSetLock)
+	c := &expiringClient{WithWatch: fake.NewClientBuilder().WithScheme(kube.Scheme).WithRESTMapper(mapperServing("ssl")).
+		WithObjects(lock).WithStatusSubresource(lock).Build()}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	sc, err := resolveScope(c, "shop", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := collect(ctx, c, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames := make(chan Summary, 16)
+	done := make(chan error, 1)
+	go func() {
+		done <- watchLoop(ctx, c, sc, snap, 10*time.Millisecond, func(s Summary) error {
+			select {
+			case frames <- s:
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	}()
+	select {
+	case s := <-frames:
+		if len(s.Objects) != 1 || s.Objects[0].Lock.Writer != "pg-0" {
+			t.Errorf("the frame read after the expiry: %+v", s.Objects)
+		}
+	case err := <-done:
+		t.Fatalf("the loop ended on an expired watch: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no read after the watch expired")
+	}
+	// Watching resumed: a change after the expiry is drawn.
+	changeUntilFrame(t, ctx, c, lock, frames, done)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("cancelling: %v", err)
+	}
+}
+
+// changeUntilFrame changes the lock's writer until the watch loop draws a frame showing it. The fake
+// client's watch does not replay from a resourceVersion, so the change is repeated until the watch,
+// opened concurrently, has seen one.
+func changeUntilFrame(t *testing.T, ctx context.Context, c client.Client, lock *leasev1.StatefulSetLock, frames <-chan Summary, done <-chan error) {
+	t.Helper()
 	change := func(epoch int32) {
 		var cur leasev1.StatefulSetLock
 		if err := c.Get(ctx, client.ObjectKeyFromObject(lock), &cur); err != nil {
@@ -139,22 +272,20 @@ func TestWatchRedrawsOnChange(t *testing.T) {
 	timeout := time.After(30 * time.Second)
 	for epoch := int32(2); ; epoch++ {
 		change(epoch)
-		select {
-		case s := <-frames:
-			if l := s.Objects[0].Lock; l.Writer != "pg-1" || l.Epoch < 2 {
-				t.Errorf("the frame after the change shows writer %q epoch %d", l.Writer, l.Epoch)
+		for {
+			select {
+			case s := <-frames:
+				if l := s.Objects[0].Lock; l.Writer == "pg-1" && l.Epoch >= 2 {
+					return
+				}
+				continue // a frame from before the change
+			case err := <-done:
+				t.Fatalf("the watch ended: %v", err)
+			case <-timeout:
+				t.Fatal("no frame after the change")
+			case <-tick.C:
 			}
-		case err := <-done:
-			t.Fatalf("the watch ended: %v", err)
-		case <-timeout:
-			t.Fatal("no frame after the change")
-		case <-tick.C:
-			continue
+			break
 		}
-		break
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("cancelling the watch is not an error: %v", err)
 	}
 }
