@@ -21,15 +21,28 @@ import (
 )
 
 // TestPluginVerbs runs the verbs of `kubectl statefulops` (rollout, lease switchover, cluster
-// retire) as a user does, through kubectl's plugin lookup, against the operators as local
-// processes, one namespace per verb group, in parallel. Each checks the verb's confirmation against
+// retire) as a user does, through kubectl's plugin lookup, against the installed operators (as
+// local processes when the cluster has no real node to run them), one namespace per verb group, in
+// parallel. Each checks the verb's confirmation against
 // a golden text (times and generated names normalised) or its key lines, and a refusal. The
 // singleton's fence-release needs the webhook, so it is in e2e/singleton (plugin_test.go).
 func TestPluginVerbs(t *testing.T) {
 	// The lease-operator first: the rollout-operator waits for the StatefulSetLock kind (it hands a
 	// lock's writer over before rolling its pod).
-	for _, op := range []string{"lease-operator", "rollout-operator", "cluster-operator"} {
-		framework.StartLocalOperator(t, op)
+	operators := []string{"lease-operator", "rollout-operator", "cluster-operator"}
+	if onRealNode, err := framework.RealNodeReady(t.Context()); err == nil && onRealNode {
+		// The installed operators run for real there: use them as a user would, and spare the
+		// parking and restoring of their Deployments.
+		framework.Install(t)
+		for _, op := range operators {
+			_, err := framework.Kubectl().Run(t.Context(), "rollout", "status", "-n", op+"-system", "deployment/"+op+"-controller-manager", "--timeout=240s")
+			require.NoError(t, err)
+		}
+	} else {
+		// Without the real node the installed operators are kwok's pretend pods: run them locally.
+		for _, op := range operators {
+			framework.StartLocalOperator(t, op)
+		}
 	}
 	t.Run("rollout", func(t *testing.T) {
 		t.Parallel()
