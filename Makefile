@@ -186,6 +186,8 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, CRDs and RBAC from the API a
 	  ../extended-operator/config/crd/bases/fissile.cloudfoundry.org_extendedstatefulsets.yaml
 	# label selector bounds and rules controller-gen cannot generate (shared/api/selectorschema)
 	cd shared && go run ./api/selectorschema/cmd/boundselectors ../*-operator/config/crd/bases/*.yaml
+	# bounds on the ExtendedStatefulSet's claim templates, for its storage transition rule's cost
+	cd shared && go run ./api/extended/cmd/boundclaims ../extended-operator/config/crd/bases/fissile.cloudfoundry.org_extendedstatefulsets.yaml
 
 .PHONY: manifests
 manifests: generate $(KUBECTL) ## Render deploy/<operator>.yaml from each operator's kustomize config.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // update rewrites docs/bad-input.md from the bad-input tables below:
@@ -27,10 +28,13 @@ var badInputDoc = filepath.Join("..", "..", "docs", "bad-input.md")
 // badInput is one spec the operator could never act on, which the API server must refuse at apply
 // with an error naming the field.
 type badInput struct {
-	Case  string   // what is wrong, in words
-	Input string   // the offending part of the manifest, when short enough to show; else Case says it
-	Doc   string   // the whole manifest
-	Want  []string // strings the error must contain; the first is the field's path
+	Case  string // what is wrong, in words
+	Input string // the offending part of the manifest, when short enough to show; else Case says it
+	Doc   string // the whole manifest
+	// Before, when set, is the object as stored first: Doc is then an update of it, refused by a
+	// transition rule (oldSelf), and the table shows the change.
+	Before string
+	Want   []string // strings the error must contain; the first is the field's path
 }
 
 // badInputKinds are the kinds' tables, in the order of the doc.
@@ -60,7 +64,12 @@ func sortedCases[T any](tests map[string]T, conv func(name string, tc T) badInpu
 func refusal(t *testing.T, in badInput) string {
 	t.Helper()
 	require.NotEmpty(t, in.Want, "a bad input names the field it expects in the error")
-	_, err := applyYAML(t, in.Doc)
+	var err error
+	if in.Before != "" {
+		err = updateYAML(t, mustApply(t, in.Before), in.Doc)
+	} else {
+		_, err = applyYAML(t, in.Doc)
+	}
 	require.Error(t, err, "the API server accepted an invalid object")
 	require.True(t, apierrors.IsInvalid(err) || apierrors.IsBadRequest(err), "want an Invalid error, got: %v", err)
 	for _, want := range in.Want {
@@ -71,6 +80,14 @@ func refusal(t *testing.T, in badInput) string {
 		msg = after
 	}
 	return msg
+}
+
+// updateYAML replaces the spec of the stored object with doc's, as `kubectl apply` of doc would.
+func updateYAML(t *testing.T, stored *unstructured.Unstructured, doc string) error {
+	t.Helper()
+	cur := readBack(t, stored)
+	cur.Object["spec"] = decode(t, doc).Object["spec"]
+	return k8sClient.Update(t.Context(), cur)
 }
 
 // runBadInputs is a kind's RejectsInvalid test: one subtest per bad input.

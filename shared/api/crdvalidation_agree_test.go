@@ -26,6 +26,10 @@ func TestCRDValidatorAgreesWithAPIServer(t *testing.T) {
 		v, err := crdvalidation.ForKind(k.kind)
 		require.NoError(t, err)
 		for _, in := range k.cases() {
+			if in.Before != "" {
+				// A transition rule: the validator judges creates, without a stored object to compare.
+				continue
+			}
 			corpus = append(corpus, crdvalidation.Case{Kind: k.kind, Name: in.Case, Doc: in.Doc})
 			t.Run("refused/"+k.kind+"/"+in.Case, func(t *testing.T) {
 				server := refusal(t, in) // the API server refuses it, naming in.Want

@@ -4,6 +4,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -405,12 +406,30 @@ spec:
 			want: []string{"spec.updateStrategy.restartWindows[0].timeZone"},
 		},
 	}
-	return sortedCases(tests, func(name string, tc struct {
+	cases := sortedCases(tests, func(name string, tc struct {
 		doc  string
 		want []string
 	}) badInput {
 		return badInput{Case: name, Doc: tc.doc, Want: tc.want}
 	})
+	// Added later, at the end, so the rows above keep their numbers.
+	var manyClaims strings.Builder
+	for i := range 17 {
+		fmt.Fprintf(&manyClaims, "      - {metadata: {name: v%d}, spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}\n", i)
+	}
+	return append(cases,
+		badInput{
+			Case: "volumeClaimTemplates storage request shrunk (2Gi to 1Gi)", Input: "storage: 2Gi → storage: 1Gi",
+			Before: extendedStatefulSet("ests-claim-shrink", "", claimTemplate("data", "2Gi")),
+			Doc:    extendedStatefulSet("ests-claim-shrink", "", claimTemplate("data", "1Gi")),
+			Want:   []string{"spec.template.spec.volumeClaimTemplates", "requests.storage must not shrink"},
+		},
+		badInput{
+			Case: "more than 16 volumeClaimTemplates (a bound the shrink rule needs)",
+			Doc:  extendedStatefulSet("ests-many-claims", "", "      volumeClaimTemplates:\n"+manyClaims.String()),
+			Want: []string{"spec.template.spec.volumeClaimTemplates", "must have at most 16 items"},
+		},
+	)
 }
 
 func TestExtendedStatefulSetRejectsInvalid(t *testing.T) {
@@ -470,6 +489,52 @@ func TestExtendedStatefulSetScalingLimitsOnUpdate(t *testing.T) {
 			}
 			require.Error(t, err, "the scale subresource accepted %d replicas", tc.replicas)
 			require.True(t, apierrors.IsInvalid(err), "want an Invalid error, got: %v", err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// claimTemplate is a volumeClaimTemplates entry (children of spec.template.spec) named name requesting
+// storage, in the form written (a quantity string, or a plain number of bytes).
+func claimTemplate(name, storage string) string {
+	return "      volumeClaimTemplates:\n      - metadata: {name: " + name + "}\n" +
+		"        spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: " + storage + "}}}\n"
+}
+
+// TestExtendedStatefulSetClaimStorageOnUpdate checks the transition rule on volumeClaimTemplates: a
+// template's storage request may grow (the operator resizes the claims) but not shrink, however the
+// quantity is written; other changes to the templates are not its business.
+func TestExtendedStatefulSetClaimStorageOnUpdate(t *testing.T) {
+	tests := map[string]struct {
+		before, after string
+		want          string // empty: accepted
+	}{
+		"grow":                          {before: claimTemplate("data", "1Gi"), after: claimTemplate("data", "2Gi")},
+		"same size written otherwise":   {before: claimTemplate("data", "1Gi"), after: claimTemplate("data", "1024Mi")},
+		"grow from a number of bytes":   {before: claimTemplate("data", "1073741824"), after: claimTemplate("data", "1.5Gi")},
+		"shrink":                        {before: claimTemplate("data", "2Gi"), after: claimTemplate("data", "1Gi"), want: "must not shrink"},
+		"shrink written in other units": {before: claimTemplate("data", "1Gi"), after: claimTemplate("data", "1000M"), want: "must not shrink"},
+		"shrink to a number of bytes":   {before: claimTemplate("data", "1Gi"), after: claimTemplate("data", "1000"), want: "must not shrink"},
+		// Another name is another template (new claims): its size is free.
+		"a renamed template is smaller": {before: claimTemplate("data", "2Gi"), after: claimTemplate("logs", "1Gi")},
+		"templates added":               {before: "", after: claimTemplate("data", "1Gi")},
+	}
+	i := 0
+	for name, tc := range tests {
+		i++
+		t.Run(name, func(t *testing.T) {
+			obj := mustApply(t, extendedStatefulSet(fmt.Sprintf("ests-storage-%d", i), "", tc.before))
+			after := decode(t, extendedStatefulSet(obj.GetName(), "", tc.after))
+			cur := readBack(t, obj)
+			cur.Object["spec"] = after.Object["spec"]
+			err := k8sClient.Update(t.Context(), cur)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err, "the API server accepted a smaller storage request")
+			require.True(t, apierrors.IsInvalid(err), "want an Invalid error, got: %v", err)
+			assert.Contains(t, err.Error(), "spec.template.spec.volumeClaimTemplates")
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}

@@ -42,6 +42,13 @@ const (
 	// window opens; or reason InvalidRestartWindow when a window cannot be read (the change waits until
 	// it is fixed). The pods that run keep running, so it alone does not make Ready False.
 	ConditionRestartPending = "RestartPending"
+	// ConditionClaimsResized (with volumeClaimTemplates) says whether every existing claim of the
+	// templates has the storage the template requests: True (reason Reconciled); False with reason
+	// ResizeInProgress while claims were asked to grow and their volumes are not that large yet (the
+	// message counts and names them), or ExpansionNotAllowed when a claim's StorageClass does not allow
+	// volume expansion (the message names the class; those claims are left as they are). The pods keep
+	// running either way, so it alone does not make Ready False.
+	ConditionClaimsResized = "ClaimsResized"
 )
 
 // Condition reasons of an ExtendedStatefulSet.
@@ -91,6 +98,13 @@ const (
 	// ends below its start, a date that never comes, an unknown time zone); configuration restarts wait
 	// until it is fixed. Stalled says so.
 	ReasonInvalidRestartWindow = "InvalidRestartWindow"
+	// ReasonResizeInProgress: claims were asked to grow to their template's storage request and their
+	// volumes are not that large yet (the resize controller, or the node's file system resize, works on
+	// them).
+	ReasonResizeInProgress = "ResizeInProgress"
+	// ReasonExpansionNotAllowed: a claim is smaller than its template requests and its StorageClass does
+	// not set allowVolumeExpansion: true (or it has none), so it is left as it is; also a Warning Event.
+	ReasonExpansionNotAllowed = "ExpansionNotAllowed"
 	// ReasonReconcileError: an API call failed; the operator retries with backoff.
 	ReasonReconcileError = "ReconcileError"
 )

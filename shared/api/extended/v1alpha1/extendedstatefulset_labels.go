@@ -81,6 +81,8 @@ const (
 	EventUpgradeJobSucceeded = "UpgradeJobSucceeded"
 	// EventUpgradeJobDeleted: a finished upgrade Job beyond spec.upgradeJobs.historyLimit was deleted.
 	EventUpgradeJobDeleted = "UpgradeJobDeleted"
+	// EventClaimsResized: claims of a volumeClaimTemplate were patched to its larger storage request.
+	EventClaimsResized = "ClaimsResized"
 )
 
 // Upgrade Job kinds (UpgradeJobLabel) and states (status.upgradeJobs[].state).
