@@ -3,6 +3,8 @@ package status
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -30,6 +32,8 @@ type snapshot struct {
 	summary Summary
 	// versions maps each watched list (a kind's name, or "Pod") to its resourceVersion.
 	versions map[string]string
+	// namespaces are those holding objects: only their pods' changes make a new frame.
+	namespaces map[string]bool
 }
 
 // resolveScope turns the arguments into the kinds to list, skipping the kinds whose CRD is not
@@ -105,13 +109,6 @@ func collect(ctx context.Context, c client.Client, sc scope) (snapshot, error) {
 			}
 		}
 	}
-	// The pods are listed in the whole scope, even when no object needs them, so that the pod watch
-	// always has a resourceVersion to start from.
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods, sc.listOptions()...); err != nil {
-		return snap, fmt.Errorf("listing pods: %w", err)
-	}
-	snap.versions["Pod"] = pods.ResourceVersion
 	byNS := map[string]*namespaceState{}
 	nsOf := func(ns string) *namespaceState {
 		if byNS[ns] == nil {
@@ -119,9 +116,36 @@ func collect(ctx context.Context, c client.Client, sc scope) (snapshot, error) {
 		}
 		return byNS[ns]
 	}
-	for _, p := range pods.Items {
-		s := nsOf(p.Namespace)
-		s.Pods = append(s.Pods, p)
+	snap.namespaces = map[string]bool{}
+	for _, o := range objs {
+		snap.namespaces[o.obj.GetNamespace()] = true
+	}
+	// The pods are read only in the namespaces that hold objects. The pod watch needs a
+	// resourceVersion to start from even when there are none: in one namespace the list gives it;
+	// across namespaces a list of at most one pod does, without reading every pod of the cluster.
+	if sc.namespace == "" {
+		var probe corev1.PodList
+		if err := c.List(ctx, &probe, client.Limit(1)); err != nil {
+			return snap, fmt.Errorf("listing pods: %w", err)
+		}
+		snap.versions["Pod"] = probe.ResourceVersion
+	}
+	for _, ns := range slices.Sorted(maps.Keys(snap.namespaces)) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return snap, fmt.Errorf("listing the pods of namespace %s: %w", ns, err)
+		}
+		nsOf(ns).Pods = pods.Items
+		if sc.namespace != "" {
+			snap.versions["Pod"] = pods.ResourceVersion
+		}
+	}
+	if sc.namespace != "" && len(snap.namespaces) == 0 {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(sc.namespace), client.Limit(1)); err != nil {
+			return snap, fmt.Errorf("listing pods: %w", err)
+		}
+		snap.versions["Pod"] = pods.ResourceVersion
 	}
 	if wantSets {
 		listed := map[string]bool{}

@@ -3,10 +3,12 @@ package status
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -93,7 +95,7 @@ func TestResolveScopeSkipsKindsNotInstalled(t *testing.T) {
 	}
 }
 
-// --watch draws a new frame when an object changes, from a watch event.
+// --watch draws a new frame when an object or a pod of its namespace changes, from a watch event.
 func TestWatchRedrawsOnChange(t *testing.T) {
 	fx := fixtures()[2] // lock-healthy
 	lock := fx.obj.(*leasev1.StatefulSetLock)
@@ -130,7 +132,20 @@ func TestWatchRedrawsOnChange(t *testing.T) {
 		})
 	}()
 
-	changeUntilFrame(t, ctx, c, lock, frames, done)
+	change, shows := newWriter(t, ctx, c, lock)
+	changeUntilFrame(t, change, shows, frames, done)
+
+	// A pod of the lock's namespace changes: its role label is removed.
+	changeUntilFrame(t, func(int32) {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "pg-2"}, &p); err != nil {
+			t.Fatal(err)
+		}
+		delete(p.Labels, leasev1.RoleLabel)
+		if err := c.Update(ctx, &p); err != nil {
+			t.Fatal(err)
+		}
+	}, func(s Summary) bool { return slices.Contains(s.Objects[0].Lock.Unlabelled, "pg-2") }, frames, done)
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("cancelling the watch is not an error: %v", err)
@@ -244,38 +259,28 @@ func TestWatchRelistsAfterExpiry(t *testing.T) {
 		t.Fatal("no read after the watch expired")
 	}
 	// Watching resumed: a change after the expiry is drawn.
-	changeUntilFrame(t, ctx, c, lock, frames, done)
+	change, shows := newWriter(t, ctx, c, lock)
+	changeUntilFrame(t, change, shows, frames, done)
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("cancelling: %v", err)
 	}
 }
 
-// changeUntilFrame changes the lock's writer until the watch loop draws a frame showing it. The fake
-// client's watch does not replay from a resourceVersion, so the change is repeated until the watch,
-// opened concurrently, has seen one.
-func changeUntilFrame(t *testing.T, ctx context.Context, c client.Client, lock *leasev1.StatefulSetLock, frames <-chan Summary, done <-chan error) {
+// changeUntilFrame makes a change until the watch loop draws a frame that shows it. The fake client's
+// watch does not replay from a resourceVersion, so the change is repeated (with i counting up from 2)
+// until the watch, opened concurrently, has seen one.
+func changeUntilFrame(t *testing.T, change func(i int32), shows func(Summary) bool, frames <-chan Summary, done <-chan error) {
 	t.Helper()
-	change := func(epoch int32) {
-		var cur leasev1.StatefulSetLock
-		if err := c.Get(ctx, client.ObjectKeyFromObject(lock), &cur); err != nil {
-			t.Fatal(err)
-		}
-		cur.Status.WriterPod = "pg-1"
-		cur.Status.LeaseTransitions = epoch
-		if err := c.Status().Update(ctx, &cur); err != nil {
-			t.Fatal(err)
-		}
-	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	timeout := time.After(30 * time.Second)
-	for epoch := int32(2); ; epoch++ {
-		change(epoch)
+	for i := int32(2); ; i++ {
+		change(i)
 		for {
 			select {
 			case s := <-frames:
-				if l := s.Objects[0].Lock; l.Writer == "pg-1" && l.Epoch >= 2 {
+				if shows(s) {
 					return
 				}
 				continue // a frame from before the change
@@ -288,4 +293,21 @@ func changeUntilFrame(t *testing.T, ctx context.Context, c client.Client, lock *
 			break
 		}
 	}
+}
+
+// newWriter makes pg-1 the lock's writer, with epoch i.
+func newWriter(t *testing.T, ctx context.Context, c client.Client, lock *leasev1.StatefulSetLock) (func(int32), func(Summary) bool) {
+	change := func(epoch int32) {
+		var cur leasev1.StatefulSetLock
+		if err := c.Get(ctx, client.ObjectKeyFromObject(lock), &cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Status.WriterPod = "pg-1"
+		cur.Status.LeaseTransitions = epoch
+		if err := c.Status().Update(ctx, &cur); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shows := func(s Summary) bool { l := s.Objects[0].Lock; return l.Writer == "pg-1" && l.Epoch >= 2 }
+	return change, shows
 }

@@ -21,8 +21,10 @@ const maxDebounce = time.Second
 // watches after a while) or its resourceVersion expired (410 Gone), everything is read again and
 // watched from there, so no change is missed.
 func watchLoop(ctx context.Context, c client.WithWatch, sc scope, snap snapshot, debounce time.Duration, emit func(Summary) error) error {
+	relevant := &namespaceSet{}
 	for {
-		err := watchUntilExpired(ctx, c, sc, snap.versions, debounce, emit)
+		relevant.set(snap.namespaces)
+		err := watchUntilExpired(ctx, c, sc, snap.versions, relevant, debounce, emit)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -44,7 +46,7 @@ func watchLoop(ctx context.Context, c client.WithWatch, sc scope, snap snapshot,
 
 // watchUntilExpired runs one set of watches. It returns nil when one of them ended or expired (the
 // caller reads again and restarts them), an error when a watch cannot be opened or a read fails.
-func watchUntilExpired(ctx context.Context, c client.WithWatch, sc scope, versions map[string]string, debounce time.Duration, emit func(Summary) error) error {
+func watchUntilExpired(ctx context.Context, c client.WithWatch, sc scope, versions map[string]string, relevant *namespaceSet, debounce time.Duration, emit func(Summary) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	changed := make(chan struct{}, 1)
 	ended := make(chan struct{}, 1)
@@ -52,7 +54,7 @@ func watchUntilExpired(ctx context.Context, c client.WithWatch, sc scope, versio
 	defer wg.Wait()
 	defer cancel()
 
-	open := func(name string, list client.ObjectList, opts ...client.ListOption) error {
+	open := func(name string, list client.ObjectList, pods bool, opts ...client.ListOption) error {
 		opts = append(opts, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: versions[name], AllowWatchBookmarks: true}})
 		w, err := c.Watch(ctx, list, opts...)
 		if err != nil {
@@ -83,6 +85,9 @@ func watchUntilExpired(ctx context.Context, c client.WithWatch, sc scope, versio
 						signal(ended)
 						return
 					}
+					if o, ok := ev.Object.(client.Object); ok && pods && !relevant.has(o.GetNamespace()) {
+						continue // a pod of a namespace without statefulops objects
+					}
 					signal(changed)
 				}
 			}
@@ -90,11 +95,11 @@ func watchUntilExpired(ctx context.Context, c client.WithWatch, sc scope, versio
 		return nil
 	}
 	for _, k := range sc.kinds {
-		if err := open(k.Kind, k.newList(), sc.kindListOptions()...); err != nil {
+		if err := open(k.Kind, k.newList(), false, sc.kindListOptions()...); err != nil {
 			return err
 		}
 	}
-	if err := open("Pod", &corev1.PodList{}, sc.listOptions()...); err != nil {
+	if err := open("Pod", &corev1.PodList{}, true, sc.listOptions()...); err != nil {
 		return err
 	}
 
@@ -133,6 +138,7 @@ func watchUntilExpired(ctx context.Context, c client.WithWatch, sc scope, versio
 			}
 			return err
 		}
+		relevant.set(snap.namespaces)
 		if err := emit(snap.summary); err != nil {
 			return err
 		}
@@ -145,4 +151,22 @@ func signal(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// namespaceSet is the namespaces whose pods matter, replaced after every read while the watches run.
+type namespaceSet struct {
+	mu  sync.Mutex
+	nss map[string]bool
+}
+
+func (s *namespaceSet) set(nss map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nss = nss
+}
+
+func (s *namespaceSet) has(ns string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nss[ns]
 }
