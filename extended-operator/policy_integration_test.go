@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -142,6 +143,26 @@ func TestAdmissionPolicyConfinesTheOperator(t *testing.T) {
 			_ = suite.Client.Delete(ctx, pv)
 		}
 	})
+	// Bound claims of a class that allows expansion, which the API server lets grow (claimresize.go).
+	expandable := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "expandable-" + ns}, Provisioner: "test.example.com",
+		AllowVolumeExpansion: ptr.To(true)}
+	require.NoError(t, suite.Client.Create(ctx, expandable))
+	t.Cleanup(func() { _ = suite.Client.Delete(ctx, expandable) })
+	boundClaim := func(name string, labels map[string]string) *corev1.PersistentVolumeClaim {
+		c := claim(ns, name, labels)
+		c.Spec.StorageClassName = ptr.To(expandable.Name)
+		c.Spec.VolumeName = "pv-" + name
+		require.NoError(t, suite.Client.Create(ctx, c))
+		c.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound,
+			Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}
+		require.NoError(t, suite.Client.Status().Update(ctx, c))
+		return c
+	}
+	growingClaim := boundClaim("data-web-v1-1", label)
+	otherBoundClaim := boundClaim("data-db-1", map[string]string{"app": "db"})
+	grow := func(o client.Object) {
+		o.(*corev1.PersistentVolumeClaim).Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
+	}
 
 	create := func(obj client.Object) func(c client.Client) error {
 		return func(c client.Client) error {
@@ -188,6 +209,7 @@ func TestAdmissionPolicyConfinesTheOperator(t *testing.T) {
 		{Name: "create a handover claim", Write: create(claim(ns, "data-web-v2-0", label))},
 		{Name: "delete a version's claim", Write: del(versionClaim)},
 		{Name: "restart a version's pod", Write: del(versionPod)},
+		{Name: "grow a version's claim", Write: patch(growingClaim, grow)},
 		{Name: "hold a volume", Write: patch(bound, hold("Delete"))},
 		{Name: "point a held volume at the new claim", Write: patch(held, pointAt(ns))},
 		{Name: "give a held volume its reclaim policy back", Write: patch(held, pv(func(v *corev1.PersistentVolume) {
@@ -211,6 +233,15 @@ func TestAdmissionPolicyConfinesTheOperator(t *testing.T) {
 		{Name: "delete another Job", Write: del(otherJob)},
 		{Name: "claim without its label", Write: create(claim(ns, "data-web-v6-0", map[string]string{"app": "web"}))},
 		{Name: "delete another claim", Write: del(otherClaim)},
+		{Name: "grow another claim", Write: patch(otherBoundClaim, grow)},
+		{Name: "grow a version's claim and take its label off", Write: patch(growingClaim, func(o client.Object) {
+			grow(o)
+			o.SetLabels(map[string]string{"app": "web"})
+		})},
+		{Name: "grow a version's claim and give it an owner", Write: patch(growingClaim, func(o client.Object) {
+			grow(o)
+			o.SetOwnerReferences([]metav1.OwnerReference{foreign})
+		})},
 		{Name: "delete another pod", Write: del(otherPod)},
 		{Name: "point an unheld volume at a claim", Write: patch(retained, pointAt(ns))},
 		{Name: "move a held volume to another namespace", Write: patch(held, pointAt("attacker"))},

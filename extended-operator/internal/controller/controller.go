@@ -33,6 +33,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/metadata"
@@ -126,7 +127,7 @@ func (o *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	opts := *o // the defaults below fill a copy
 	opsutil.RegisterMetrics(versionsCreated, versionsDeleted, staleVersions, canaryRetries,
 		configRestarts, replicasRestored, volumeHandovers, configDelay, upgradeDuration, zonesRemoved, zoneUpgradesWaiting,
-		upgradeJobsCreated, zonesWithoutReadyNode)
+		upgradeJobsCreated, zonesWithoutReadyNode, claimsResized)
 	indexer := mgr.GetFieldIndexer()
 	for index, kind := range map[string]string{indexConfigMaps: "ConfigMap", indexSecrets: "Secret"} {
 		if err := indexer.IndexField(ctx, &extendedv1alpha1.ExtendedStatefulSet{}, index, func(o client.Object) []string {
@@ -172,6 +173,8 @@ func (o *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&batchv1.Job{}).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.zoneReferrers), builder.WithPredicates(nodeZoneChanged())).
+		// A class that now allows expansion resumes the claims waiting for it (claimresize.go).
+		Watches(&storagev1.StorageClass{}, handler.EnqueueRequestsFromMapFunc(r.expansionWaiters), builder.WithPredicates(expansionChanged())).
 		// Metadata only, slim (cache.go): an event names the object; the hash reads its data uncached.
 		Watches(ConfigMapMeta(), handler.EnqueueRequestsFromMapFunc(r.referrers(indexConfigMaps)), builder.WithPredicates(configChanged())).
 		// Secrets: the per-namespace metadata informers of the granted namespaces (secretaccess.go).
@@ -248,6 +251,7 @@ func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) (reco
 		r.writes.Wrote(s.ests)
 	}
 	r.waitingEvents(s.ests, s.orig)
+	r.claimEvents(s.ests, s.orig)
 	if s.invalidSpec {
 		ctrl.LoggerFrom(ctx).Info("the API server refuses an object built from the spec; waiting for a spec change", "error", err)
 		return reconcile.Result{}, nil

@@ -235,6 +235,14 @@ func (r *Reconciler) moveClaim(ctx context.Context, ests *extendedv1alpha1.Exten
 		Spec:       *vct.Spec.DeepCopy(),
 	}
 	claim.Spec.VolumeName = pv.Name
+	if have, ok := pv.Spec.Capacity[corev1.ResourceStorage]; ok {
+		if want, ok := claim.Spec.Resources.Requests[corev1.ResourceStorage]; ok && have.Cmp(want) < 0 {
+			// The template grew beyond the volume (its class may not allow expansion): the binder refuses
+			// a claim asking more than its volume has, so the claim asks what the volume has, and
+			// reconcileClaims grows it afterwards where the class allows.
+			claim.Spec.Resources.Requests[corev1.ResourceStorage] = have
+		}
+	}
 	if err := r.Client.Create(ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
 		return false, fmt.Errorf("creating claim %s on volume %s: %w", newName, pv.Name, err)
 	}

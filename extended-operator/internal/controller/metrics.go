@@ -56,6 +56,10 @@ var (
 		Name: "extended_operator_upgrade_jobs_created_total",
 		Help: "Upgrade Jobs (kind pre or post) created.",
 	}, []string{"namespace", "extendedstatefulset", "kind"})
+	claimsResized = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "extended_operator_claims_resized_total",
+		Help: "Claims patched to their claim template's larger storage request.",
+	}, []string{"namespace", "extendedstatefulset"})
 	zonesWithoutReadyNode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "extended_operator_zones_unavailable",
 		Help: "Zones of spec.az.zones without a Ready node (zone outage).",

@@ -53,6 +53,8 @@ type scope struct {
 	// server refused an object built from the spec (apierrors.IsInvalid), which only a spec change fixes.
 	errMessage  string
 	invalidSpec bool
+	// claims is what reconcileClaims found (nil: it did not look, or there are no claim templates).
+	claims *claimReport
 }
 
 // zoneScope is what one reconcile found and decided for one zone's versions (reconcileZone).

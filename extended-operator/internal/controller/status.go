@@ -45,6 +45,7 @@ func (r *Reconciler) applyStatus(s *scope) {
 		set(extendedv1alpha1.ConditionMissingReference, false, extendedv1alpha1.ReasonReconciled, "every referenced ConfigMap and Secret exists")
 	}
 	applyRestartPending(ests, s, set)
+	applyClaimsResized(ests, s, set)
 	stale := s.newest != nil && s.newest.stale() && s.newest.sts.DeletionTimestamp.IsZero()
 	if stale {
 		reason, msg, _ := strings.Cut(s.newest.annotation(extendedv1alpha1.StaleReasonAnnotation), ": ")

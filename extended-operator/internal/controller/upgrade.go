@@ -38,13 +38,23 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) error {
 	if s.readyNodes, err = r.zoneNodes(ctx, s.layout); err != nil {
 		return err
 	}
-	return r.removeUnlistedZones(ctx, s)
+	if err := r.removeUnlistedZones(ctx, s); err != nil {
+		return err
+	}
+	// After merge: its poll while claims grow goes into the summary's requeue.
+	return r.reconcileClaims(ctx, s)
 }
 
 // reconcileZones reconciles each zone (reconcileZone), one zone at a time where pods are replaced: a
 // zone may start an upgrade only when no other zone is upgrading or rolling and every zone before it
 // runs the new template; a configuration roll waits likewise (zoneGate).
 func (r *Reconciler) reconcileZones(ctx context.Context, s *scope) error {
+	// First, for every zone: a later zone's gate looks at the others' newest versions.
+	for _, zs := range s.perZone {
+		if err := r.restampStorageOnly(ctx, s.ests, zs); err != nil {
+			return err
+		}
+	}
 	waiting := 0
 	for i := range s.layout {
 		g, err := r.zoneGate(ctx, s, i)

@@ -88,7 +88,12 @@ func statefulSetName(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number 
 // templateHash hashes what makes a version: the template's metadata and spec without replicas, so that
 // scaling never makes a new version (quarks' REPLICAS env restarted pods on every scale; ES-12).
 func templateHash(ests *extendedv1alpha1.ExtendedStatefulSet) string {
-	t := ests.Spec.Template.DeepCopy()
+	return hashTemplate(&ests.Spec.Template)
+}
+
+// hashTemplate is templateHash of a template.
+func hashTemplate(tmpl *extendedv1alpha1.StatefulSetTemplate) string {
+	t := tmpl.DeepCopy()
 	t.Spec.Replicas = nil
 	raw, err := json.Marshal(t) // map keys are sorted: the encoding is deterministic
 	if err != nil {

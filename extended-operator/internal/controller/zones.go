@@ -63,11 +63,21 @@ func desiredZones(ests *extendedv1alpha1.ExtendedStatefulSet) []zone {
 		if int32(i) < total%n {
 			share++
 		}
-		sum := sha256.Sum256([]byte(hash + "\x00" + strconv.Itoa(i+1) + "\x00" + label))
-		out = append(out, zone{name: name, index: i + 1, nodeLabel: label, replicas: share,
-			hash: hex.EncodeToString(sum[:8])})
+		z := zone{name: name, index: i + 1, nodeLabel: label, replicas: share}
+		z.hash = z.versionHash(hash)
+		out = append(out, z)
 	}
 	return out
+}
+
+// versionHash is the hash identifying the zone's versions of a template whose templateHash is
+// tmplHash: the template hash itself without zones; with zones, also the zone's index and node label.
+func (z zone) versionHash(tmplHash string) string {
+	if !z.zoned() {
+		return tmplHash
+	}
+	sum := sha256.Sum256([]byte(tmplHash + "\x00" + strconv.Itoa(z.index) + "\x00" + z.nodeLabel))
+	return hex.EncodeToString(sum[:8])
 }
 
 // firstNumber is the version number of a zone's first StatefulSet. Claims kept from a removed zone at
