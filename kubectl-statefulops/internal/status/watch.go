@@ -24,12 +24,22 @@ func watchLoop(ctx context.Context, c client.WithWatch, sc scope, snap snapshot,
 	relevant := &namespaceSet{}
 	for {
 		relevant.set(snap.namespaces)
+		started := time.Now()
 		err := watchUntilExpired(ctx, c, sc, snap.versions, relevant, debounce, emit)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
 			return err
+		}
+		// A watch that ends as soon as it starts (an error event the server repeats) must not make
+		// this a loop of reads: at most one restart a second.
+		if wait := time.Second - time.Since(started); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
 		}
 		snap, err = collect(ctx, c, sc)
 		if err != nil {
