@@ -270,3 +270,30 @@ func TestClaimResizeExpansionNotAllowed(t *testing.T) {
 	f.waitCondition(extendedv1alpha1.ConditionClaimsResized, metav1.ConditionFalse, extendedv1alpha1.ReasonResizeInProgress)
 	f.assertUntouched(stsUID, pods, pd)
 }
+
+// TestClaimResizeWithTemplateChange grows the storage request together with another template change
+// (a new image): that is a new version, whose volumes move ordinal by ordinal (handover.go). The new
+// version's claims, created on the moved volumes of 1Gi, ask for what their volume has, so that they
+// bind; with no StorageClass (withVolumes' claims have none) they cannot grow, which ClaimsResized says.
+func TestClaimResizeWithTemplateChange(t *testing.T) {
+	startOperator(t, nil)
+	f := newFixture(t)
+	volumes := f.withVolumes()
+	f.update(func(e *extendedv1alpha1.ExtendedStatefulSet) {
+		e.Spec.Template.Spec.Template.Spec.Containers[0].Image = "app:2"
+		e.Spec.Template.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
+	})
+	for k := int32(1); k <= 3; k++ {
+		f.waitSTS(2, func(c *assert.CollectT, sts *appsv1.StatefulSet) {
+			assert.Equal(c, k, ptr.Deref(sts.Spec.Replicas, 0), "version 2 runs ordinals [0, %d)", k)
+		}, fmt.Sprintf("ordinal %d moved", k-1))
+		claim := fmt.Sprintf("data-web-v2-%d", k-1)
+		assert.Equal(t, volumes[int(k-1)], f.claimVolume(claim), "ordinal %d keeps its volume", k-1)
+		assert.Equal(t, "1Gi", f.request(claim), "the moved claim asks what its volume has")
+		f.setStatus(2, k)
+	}
+	f.waitGone(1)
+	f.waitCondition(extendedv1alpha1.ConditionReady, metav1.ConditionTrue, "")
+	f.waitCondition(extendedv1alpha1.ConditionClaimsResized, metav1.ConditionFalse, extendedv1alpha1.ReasonExpansionNotAllowed)
+	assert.Contains(t, f.condition(extendedv1alpha1.ConditionClaimsResized).Message, "3 claims have no StorageClass")
+}
