@@ -279,7 +279,9 @@ func (w *unstructuredWidget) DeepCopyObject() runtime.Object {
 	return &unstructuredWidget{PartialObjectMetadata: *w.PartialObjectMetadata.DeepCopy()}
 }
 
-type unstructuredWidgetList struct{ metav1.PartialObjectMetadataList }
+type unstructuredWidgetList struct {
+	metav1.PartialObjectMetadataList
+}
 
 func (w *unstructuredWidgetList) DeepCopyObject() runtime.Object {
 	return &unstructuredWidgetList{PartialObjectMetadataList: *w.PartialObjectMetadataList.DeepCopy()}
