@@ -108,14 +108,13 @@ func estsCondition(e *extendedv1alpha1.ExtendedStatefulSet, condType string) met
 // change for it; a pod that ran is spurious when it is not one of the StatefulSet's first pods, a roll's
 // replacements or a restart the test plans.
 //
-// Pods removed by a force delete (gone without ever being seen terminating) are left out and counted on
-// their own: nothing in statefulops force-deletes pods, but kwok's pod-delete stage deletes by name
-// without a UID precondition and sometimes runs twice for one terminating pod, removing the StatefulSet
-// controller's brand-new replacement (same name) within ~100 ms (kwok-controller.log shows both
-// "Delete pod" lines). The StatefulSet controller then creates the pod again. That second delete can
-// also come as a graceful one (a deletionTimestamp first), so a pod deleted within
-// simulatorDeleteWindow of its creation counts as the simulator's too: nothing in statefulops deletes
-// a pod that young (a canary is restarted only after canaryWatchTime).
+// Only the pods the test itself force-deleted while they ran are left out (excuse), and counted on their
+// own: their replacements take their place. Nothing else is: the checker used to leave out, as the
+// simulator's, every pod gone without being seen terminating and every pod deleted within 500 ms of its
+// creation, because kwok's pod-delete Stage deleted by name with grace period 0 and, run twice, removed
+// the StatefulSet controller's brand-new pod of the same name. The local cluster's pod reaper deletes
+// with a UID precondition now (localcluster/podreaper, TestReaper), so such a pod is a real restart,
+// e.g. an operator deleting with grace 0 or deleting a pod it has just made, and is counted.
 type restartChecker struct {
 	mu        sync.Mutex
 	hashes    map[string]string
@@ -123,22 +122,22 @@ type restartChecker struct {
 	rollTimes map[string][]time.Time
 	podUIDs   map[string]map[string]bool // StatefulSet → pod UIDs seen
 	ran       map[string]map[string]bool // StatefulSet → UIDs of pods seen Running
-	stopping  map[string]bool            // UIDs of pods seen with a deletionTimestamp (graceful deletion)
-	forced    map[string]map[string]bool // StatefulSet → UIDs of pods force-deleted (by the simulator)
+	forced    map[string]map[string]bool // StatefulSet → UIDs of pods the test force-deleted (excuse)
 	podLog    map[string][]string        // StatefulSet → "name uid revision" of each pod, in order seen
-	firstSeen map[string]time.Time       // UID → when the watch first saw the pod
 	podName   map[string]string          // UID → pod name
 	stop      func()
 }
 
-// simulatorDeleteWindow is the age under which a deleted pod counts as removed by kwok's duplicate
-// pod-delete (observed within ~100 ms of the replacement's creation).
+// simulatorDeleteWindow is the age under which the extended scale bench (bench_extended_scale_test.go)
+// still attributes a deleted pod to kwok's duplicate pod-delete. The restart checker no longer does
+// (see restartChecker): the pod reaper made that duplicate impossible, and the bench's recogniser
+// can go too.
 const simulatorDeleteWindow = 500 * time.Millisecond
 
 func watchRestarts(t *testing.T, ns string) *restartChecker {
 	t.Helper()
 	rc := &restartChecker{hashes: map[string]string{}, rolls: map[string]int{}, rollTimes: map[string][]time.Time{}, podUIDs: map[string]map[string]bool{}, ran: map[string]map[string]bool{},
-		stopping: map[string]bool{}, forced: map[string]map[string]bool{}, podLog: map[string][]string{}, firstSeen: map[string]time.Time{},
+		forced: map[string]map[string]bool{}, podLog: map[string][]string{},
 		podName: map[string]string{}}
 	stsW, err := framework.Clientset.AppsV1().StatefulSets(ns).Watch(t.Context(), metav1.ListOptions{})
 	require.NoError(t, err)
@@ -183,18 +182,6 @@ func watchRestarts(t *testing.T, ns string) *restartChecker {
 			rc.podUIDs[ref.Name][string(pod.UID)] = true
 			uid := string(pod.UID)
 			rc.podName[uid] = pod.Name
-			if _, seen := rc.firstSeen[uid]; !seen {
-				rc.firstSeen[uid] = time.Now()
-			}
-			if ev.Type != watch.Deleted && pod.DeletionTimestamp != nil {
-				rc.stopping[uid] = true
-			}
-			if ev.Type == watch.Deleted && (!rc.stopping[uid] || time.Since(rc.firstSeen[uid]) < simulatorDeleteWindow) {
-				if rc.forced[ref.Name] == nil {
-					rc.forced[ref.Name] = map[string]bool{}
-				}
-				rc.forced[ref.Name][uid] = true
-			}
 			if pod.Status.Phase == corev1.PodRunning {
 				if rc.ran[ref.Name] == nil {
 					rc.ran[ref.Name] = map[string]bool{}
@@ -205,6 +192,23 @@ func watchRestarts(t *testing.T, ns string) *restartChecker {
 		}
 	}()
 	return rc
+}
+
+// excuse leaves out of the count the pods with these UIDs that the test force-deleted while they ran:
+// their replacements run in their place.
+func (rc *restartChecker) excuse(uids map[string]bool) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for sts, seen := range rc.podUIDs {
+		for uid := range seen {
+			if uids[uid] {
+				if rc.forced[sts] == nil {
+					rc.forced[sts] = map[string]bool{}
+				}
+				rc.forced[sts][uid] = true
+			}
+		}
+	}
 }
 
 // pods returns the pods seen for the StatefulSet, one line each, to explain a count.

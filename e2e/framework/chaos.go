@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"math"
 	"math/rand"
 	"os"
@@ -80,6 +81,8 @@ type Campaign struct {
 	mu    sync.Mutex
 	run   benchfmt.ChaosRun
 	start time.Time
+	// tallies are the checker's figures beside its count, such as what it left out and why (Tally).
+	tallies map[string]int
 	// stop ends the fault scheduler's goroutines (see schedule); wg waits for them.
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -195,6 +198,17 @@ func (c *Campaign) Fault(kind, format string, args ...any) {
 	c.t.Logf("chaos fault %d [%s] %s", n, kind, fmt.Sprintf(format, args...))
 }
 
+// Tally adds n to one of the checker's figures, named by what (e.g. what it left out of its count,
+// and why); Finish prints the totals beside the summary line, so that no exclusion is silent.
+func (c *Campaign) Tally(what string, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tallies == nil {
+		c.tallies = map[string]int{}
+	}
+	c.tallies[what] += n
+}
+
 // faults adds k faults of a kind counted elsewhere (the API error proxy counts its own).
 func (c *Campaign) faults(kind string, k int) {
 	c.mu.Lock()
@@ -253,10 +267,13 @@ func (c *Campaign) Finish(violations int) {
 	c.mu.Lock()
 	c.run.Violations = violations
 	c.run.Seconds = time.Since(c.start).Seconds()
-	run := c.run
+	run, tallies := c.run, maps.Clone(c.tallies)
 	c.mu.Unlock()
 	c.t.Log(run.Summary())
 	c.t.Logf("chaos: %s: faults by kind %v", run.Operator, run.FaultsByKind)
+	for _, what := range slices.Sorted(maps.Keys(tallies)) {
+		c.t.Logf("chaos: %s: %d %s", run.Operator, tallies[what], what)
+	}
 	assert.NoError(c.t, benchfmt.Append(benchfmt.ChaosFile(), run))
 	assert.Zero(c.t, violations, "chaos: %s: invariant violations (%s); replay with CHAOS_SEED=%d CHAOS_SCALE=%g", run.Operator, run.Invariant, run.Seed, run.Scale)
 }

@@ -1,7 +1,8 @@
 // Package localcluster brings a local Kubernetes cluster up and down for the e2e tests and `make run`:
 // etcd, kube-apiserver, kube-controller-manager and kube-scheduler run as local processes started by
 // `kwokctl create cluster --runtime binary` from binaries built beforehand (nothing is downloaded),
-// and kwok simulates the nodes and the pod lifecycle with the honest Stages under stages/. Where the
+// and kwok simulates the nodes and the pod lifecycle with the honest Stages under stages/, all but the
+// removal of a deleted pod, which local-provisioner's pod reaper does (package podreaper). Where the
 // machine allows it, one real node (package realnode: containerd, kubelet, kube-proxy) joins beside
 // the kwok nodes; kwok leaves it alone, and only pods that select and tolerate it run there: the pods
 // of RealNodeNamespaces (the operators' namespaces) get both from a MutatingAdmissionPolicy of the

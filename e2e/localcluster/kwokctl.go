@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/statefulops/statefulops/e2e/localcluster/podreaper"
 )
 
 // Labels and annotations the kwok Stages and SetNodeReady agree on.
@@ -23,8 +25,9 @@ const (
 	// NodeReadyLabel set to "false" on a kwok node takes it out of kwok's node selector: kwok stops
 	// renewing its Lease and handling its pods, as if its kubelet had died (see SetNodeReady).
 	NodeReadyLabel = "statefulops.dev/kwok-node-ready"
-	// TerminatingSecondsAnnotation on a pod sets how long it stays Terminating (stage pod-delete).
-	TerminatingSecondsAnnotation = "statefulops.dev/kwok-terminating-seconds"
+	// TerminatingSecondsAnnotation on a pod sets how long it stays Terminating once deleted (default 1s,
+	// never longer than its grace period); the pod reaper removes it then (package podreaper).
+	TerminatingSecondsAnnotation = podreaper.TerminatingSecondsAnnotation
 	// ExitCodeAnnotation on a pod with restartPolicy Never/OnFailure makes it complete (stage pod-complete).
 	ExitCodeAnnotation = "statefulops.dev/kwok-exit-code"
 )

@@ -133,7 +133,8 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 // SetNodeReady makes the kwok node name NotReady (ready=false) or Ready again (ready=true) and waits
 // until it is. NotReady acts like a kubelet that dies: the label statefulops.dev/kwok-node-ready=false
 // takes the node out of kwok's hands, so its Lease is no longer renewed and its pods are left as they
-// are (a deleted one stays Terminating); kube-controller-manager then marks the node Ready=Unknown
+// are (a deleted one stays Terminating, as the pod reaper uses kwok's node selector too);
+// kube-controller-manager then marks the node Ready=Unknown
 // (within about 20s), taints it and marks its pods not ready. Ready again acts like the kubelet coming
 // back: without the label kwok takes the node back, reports it Ready and handles its pods again.
 func SetNodeReady(ctx context.Context, client kubernetes.Interface, name string, ready bool) error {

@@ -34,12 +34,16 @@ func (c *Cluster) VolumesDir() string { return volumesDir(c.opts.StateDir) }
 func volumesDir(stateDir string) string { return filepath.Join(stateDir, "volumes") }
 
 // provisionerArgs are local-provisioner's arguments. It reads kwokctl's in-host admin kubeconfig
-// (written before the components start), and retries until the API server answers.
+// (written before the components start), and retries until the API server answers. It is also the
+// pod reaper of the nodes kwok simulates (package podreaper): the kubelet's final delete of a deleted
+// pod, which no kwok Stage does, since a Stage's delete goes by name and can hit a newer pod of the
+// same name.
 func (k *kwokctl) provisionerArgs() []string {
 	return []string{
 		"-kubeconfig=" + filepath.Join(k.clusterDir(), "kubeconfig.yaml"),
 		"-base-dir=" + volumesDir(k.opts.StateDir),
 		"-name=" + ProvisionerName,
+		"-reap-pods-on-nodes=" + kwokManagedNodes,
 	}
 }
 

@@ -30,6 +30,7 @@ func TestConfigRunsTheProvisioner(t *testing.T) {
 	assert.Equal(t, "/bin/local-provisioner", c.Binary)
 	assert.Equal(t, k.clusterDir(), c.WorkDir)
 	assert.Contains(t, c.Args, "-base-dir=/state/volumes")
+	assert.Contains(t, c.Args, "-reap-pods-on-nodes="+kwokManagedNodes, "it reaps the deleted pods of exactly the nodes kwok simulates")
 
 	cmdline := []byte(strings.Join(append([]string{c.Binary}, c.Args...), "\x00") + "\x00")
 	assert.True(t, isProvisionerOf(cmdline, k.clusterDir()), "its process is recognised as the cluster's")

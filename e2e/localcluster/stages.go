@@ -7,7 +7,8 @@ import (
 )
 
 // stageFiles are kwok Stages, one per file, each documenting the rule it simulates. Giving kwokctl any
-// Stage replaces all of kwok's default stages, so these are the whole simulated node and pod lifecycle.
+// Stage replaces all of kwok's default stages, so these are the whole simulated node and pod lifecycle
+// but for the removal of a deleted pod, which local-provisioner's pod reaper does (package podreaper).
 //
 //go:embed stages/*.yaml
 var stageFiles embed.FS

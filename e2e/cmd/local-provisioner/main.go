@@ -10,10 +10,17 @@
 // It runs on sigs.k8s.io/sig-storage-lib-external-provisioner, which does the claim and volume
 // bookkeeping (watching claims of its class, creating and binding the PV, Events on the claim,
 // deleting released volumes) exactly as a production external provisioner does.
+//
+// With -reap-pods-on-nodes SELECTOR it also does the simulated kubelets' final delete of a deleted pod
+// on the nodes the selector matches (package localcluster/podreaper): kwok's own delete step deletes by
+// name and can remove a newer pod of the same name, this one deletes with a UID precondition. It lives
+// here rather than in a binary of its own because this is already the process kwokctl runs beside
+// the cluster for it.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -21,9 +28,12 @@ import (
 	"syscall"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller"
+
+	"github.com/statefulops/statefulops/e2e/localcluster/podreaper"
 )
 
 // DefaultName is the provisioner name the local cluster's StorageClass names.
@@ -34,14 +44,15 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster (default: in-cluster or $KUBECONFIG)")
 	baseDir := flag.String("base-dir", "", "directory under which each volume is a subdirectory (required)")
 	name := flag.String("name", DefaultName, "provisioner name: the StorageClasses' provisioner field this one serves")
+	reapNodes := flag.String("reap-pods-on-nodes", "", "label selector of the nodes whose deleted pods to remove (empty: none)")
 	flag.Parse()
-	if err := run(*kubeconfig, *baseDir, *name); err != nil {
+	if err := run(*kubeconfig, *baseDir, *name, *reapNodes); err != nil {
 		fmt.Fprintln(os.Stderr, "local-provisioner:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, baseDir, name string) error {
+func run(kubeconfig, baseDir, name, reapNodes string) error {
 	if baseDir == "" {
 		return fmt.Errorf("-base-dir is required")
 	}
@@ -66,6 +77,32 @@ func run(kubeconfig, baseDir, name string) error {
 		// One process per cluster, started and stopped with it: nothing to elect.
 		controller.LeaderElection(false),
 	)
+	// A reaper that stops ends the process: left running, the provisioner would hide that deleted
+	// pods are no longer removed.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if reapNodes != "" {
+		// A client of its own, not throttled like the provisioner's (client-go's default is 5
+		// requests/s): it removes every deleted pod of the cluster, hundreds at once in the benches.
+		reapCfg := rest.CopyConfig(cfg)
+		reapCfg.QPS, reapCfg.Burst = 500, 1000
+		reapClient, err := kubernetes.NewForConfig(reapCfg)
+		if err != nil {
+			return err
+		}
+		reaper, err := podreaper.New(reapClient, reapNodes)
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := reaper.Run(ctx, 4); err != nil {
+				cancel(fmt.Errorf("pod reaper: %w", err))
+			}
+		}()
+	}
 	pc.Run(ctx)
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		return err
+	}
 	return nil
 }
