@@ -16,6 +16,10 @@
 //	--not-ready-file FILE     [TESTAPP_NOT_READY_FILE]   /readyz answers 503 while FILE exists
 //	--value-file FILE         [TESTAPP_VALUE_FILE]       the number in FILE is the gauge testapp_value
 //	                                                     (0 when unset, missing or empty)
+//	--crash-at-start N        [TESTAPP_CRASH_AT_START]   when N is not 0: record the start, then stop at
+//	                                                     once with exit code N, before serving (never
+//	                                                     Ready: under restartPolicy Always the kubelet
+//	                                                     puts the container in CrashLoopBackOff)
 //	--version                                            print the version and exit (records nothing)
 //
 // Pod identity comes from the downward API: POD_NAME, POD_NAMESPACE, POD_UID, NODE_NAME; the pod name
@@ -30,7 +34,8 @@
 //
 //	start    argv, version, listen (the address really bound); its time is the process's start
 //	sigterm  shutdown_seconds (SIGINT is recorded as "sigint")
-//	stop     exit_code, reason ("signal", "run-seconds" or the error that ended the app)
+//	stop     exit_code, reason ("signal", "run-seconds", "crash-at-start" or the error that ended
+//	         the app)
 //
 // A process killed by SIGKILL (grace period over) has a start and no stop.
 //
@@ -73,6 +78,7 @@ type options struct {
 	listen          string
 	notReadyFile    string
 	valueFile       string
+	crashAtStart    int
 	version         bool
 }
 
@@ -100,6 +106,12 @@ func run(started time.Time, args []string) int {
 	}
 	defer rec.close()
 
+	if opts.crashAtStart != 0 {
+		// Before the listener: the readiness probe never gets an answer, so the pod is never Ready.
+		rec.record(record{Event: "start", Argv: args, Version: version.Get()})
+		rec.record(record{Event: "stop", ExitCode: ptr(opts.crashAtStart), Reason: "crash-at-start"})
+		return opts.crashAtStart
+	}
 	var shuttingDown atomic.Bool
 	addr := ""
 	if opts.listen != "" {
@@ -146,6 +158,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.listen, "listen", ":8080", `HTTP address ("" = no server)`)
 	fs.StringVar(&o.notReadyFile, "not-ready-file", "", "/readyz answers 503 while this file exists")
 	fs.StringVar(&o.valueFile, "value-file", "", "file holding the value of the gauge testapp_value")
+	fs.IntVar(&o.crashAtStart, "crash-at-start", 0, "when not 0: stop at once with this exit code, before serving")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -167,6 +180,8 @@ func parse(args []string) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	case o.exitCode < 0 || o.exitCode > 255:
 		return o, fmt.Errorf("--exit-code %d is not in 0..255", o.exitCode)
+	case o.crashAtStart < 0 || o.crashAtStart > 255:
+		return o, fmt.Errorf("--crash-at-start %d is not in 0..255", o.crashAtStart)
 	case o.shutdownSeconds < 0 || o.runSeconds < 0:
 		return o, errors.New("--shutdown-seconds and --run-seconds must not be negative")
 	}

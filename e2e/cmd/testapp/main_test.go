@@ -225,6 +225,24 @@ func TestRunSeconds(t *testing.T) {
 	assert.Equal(t, []string{instances[0] + " start", instances[0] + " stop", instances[1] + " start", instances[1] + " stop"}, got)
 }
 
+// TestCrashAtStart: with TESTAPP_CRASH_AT_START the app records its start and stops at once with that
+// exit code, without binding its HTTP address (a pod running it is never Ready).
+func TestCrashAtStart(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := start(t, []string{"POD_UID=uid-3", "TESTAPP_CRASH_AT_START=3"}, "--record-dir", dir, "--listen", "127.0.0.1:0")
+	stop := a.next(t)
+	assert.Equal(t, 3, a.wait(t))
+	assert.Equal(t, "stop", stop.Event)
+	assert.Equal(t, "crash-at-start", stop.Reason)
+	assert.Equal(t, 3, *stop.ExitCode)
+	var got []string
+	for _, rec := range readRecords(t, filepath.Join(dir, "uid-3.jsonl")) {
+		assert.Empty(t, rec.Listen, "no address bound")
+		got = append(got, rec.Event)
+	}
+	assert.Equal(t, []string{"start", "stop"}, got)
+}
+
 // TestEndpoints: health, readiness (the not-ready file, the shutdown), metrics (the value file) and
 // the identity page.
 func TestEndpoints(t *testing.T) {
