@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,16 +34,17 @@ import (
 // are not watched, and a stuck pod changes nothing in its StatefulSet's status.
 const stuckPodPoll = 10 * time.Second
 
-// recreateStuckPod deletes, when updateNotReady is set and the version's StatefulSet is rolling (its
-// update revision differs from its current one), one pod that is not Ready, runs a revision other than
-// the update revision and was created before the update revision: the highest ordinal of them, as the
-// StatefulSet controller rolls from the top. At most one at a time: nothing is deleted while a pod of
-// the version is terminating.
+// recreateStuckPod deletes, when updateNotReady is set and the version's StatefulSet is rolling (some
+// of its pods are not on the update revision, which includes a template reverted to the current
+// revision while a pod of the reverted-from revision is stuck) and not all its pods are Ready, one pod
+// that is not Ready, runs a revision other than the update revision and predates the update revision
+// (opsutil.PodPredatesRevision): the highest ordinal of them, as the StatefulSet controller rolls from
+// the top. At most one at a time: nothing is deleted while a pod of the version is terminating.
 func (r *Reconciler) recreateStuckPod(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope, v *version) error {
 	st := v.sts.Status
 	if !ests.Spec.UpdateStrategy.UpdateNotReady || v.stale() || !v.sts.DeletionTimestamp.IsZero() ||
-		st.ObservedGeneration < v.sts.Generation || st.UpdateRevision == "" || st.UpdateRevision == st.CurrentRevision ||
-		st.ReadyReplicas >= v.specReplicas() {
+		st.ObservedGeneration < v.sts.Generation || st.UpdateRevision == "" ||
+		st.UpdatedReplicas >= v.specReplicas() || st.ReadyReplicas >= v.specReplicas() {
 		return nil // no roll under way, or every pod Ready: the StatefulSet controller goes on alone
 	}
 	zs.requeueAfter = minPositive(zs.requeueAfter, stuckPodPoll)
@@ -57,7 +59,17 @@ func (r *Reconciler) recreateStuckPod(ctx context.Context, ests *extendedv1alpha
 		}
 		return fmt.Errorf("reading ControllerRevision %s: %w", st.UpdateRevision, err)
 	}
-	p := stuckPod(v.sts, pods, rev.CreationTimestamp)
+	var p *corev1.Pod
+	for _, c := range stuckCandidates(v.sts, pods) {
+		older, err := opsutil.PodPredatesRevision(ctx, r.APIReader, c, rev)
+		if err != nil {
+			return err
+		}
+		if older {
+			p = c
+			break
+		}
+	}
 	if p == nil {
 		return nil
 	}
@@ -75,12 +87,11 @@ func (r *Reconciler) recreateStuckPod(ctx context.Context, ests *extendedv1alpha
 	return nil
 }
 
-// stuckPod returns the pod recreateStuckPod deletes, or nil: none while a pod of the StatefulSet is
-// terminating; else the highest-ordinal pod the StatefulSet controls that is not Ready, is not on the
-// update revision and was created before it.
-func stuckPod(sts *appsv1.StatefulSet, pods []corev1.Pod, revisionCreated metav1.Time) *corev1.Pod {
-	var found *corev1.Pod
-	best := -1
+// stuckCandidates returns the pods recreateStuckPod may delete if they predate the update revision,
+// highest ordinal first: none while a pod of the StatefulSet is terminating; else the pods the
+// StatefulSet controls that are not Ready and are not on the update revision.
+func stuckCandidates(sts *appsv1.StatefulSet, pods []corev1.Pod) []*corev1.Pod {
+	var found []*corev1.Pod
 	for i := range pods {
 		p := &pods[i]
 		if owner := metav1.GetControllerOf(p); owner == nil || owner.UID != sts.UID {
@@ -89,14 +100,12 @@ func stuckPod(sts *appsv1.StatefulSet, pods []corev1.Pod, revisionCreated metav1
 		if !p.DeletionTimestamp.IsZero() {
 			return nil // one at a time
 		}
-		if opsutil.PodReady(p) || p.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision ||
-			!p.CreationTimestamp.Before(&revisionCreated) {
+		if opsutil.PodReady(p) || p.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision {
 			continue
 		}
-		if n := podOrdinal(sts.Name, p.Name); n > best {
-			found, best = p, n
-		}
+		found = append(found, p)
 	}
+	slices.SortFunc(found, func(a, b *corev1.Pod) int { return podOrdinal(sts.Name, b.Name) - podOrdinal(sts.Name, a.Name) })
 	return found
 }
 

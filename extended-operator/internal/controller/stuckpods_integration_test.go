@@ -5,6 +5,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +91,76 @@ func TestUpdateNotReadyRecreatesAStuckPod(t *testing.T) {
 		"a Ready pod, or a pod on the update revision, deleted")
 }
 
+// ES-07 after a revert: a configuration change whose new pod crash-loops, then the configuration set
+// back. The StatefulSet controller reuses the first revision's ControllerRevision (its number raised,
+// its creation time older than the stuck pod) so its update and current revisions are equal again,
+// while pod 1 crash-loops on the reverted-from revision and is never replaced
+// (kubernetes/kubernetes#67250). While the bad revision is the update revision the pod is left alone;
+// after the revert, with updateNotReady, the operator deletes it, once.
+func TestUpdateNotReadyRecreatesAStuckPodAfterARevert(t *testing.T) {
+	startOperator(t, nil)
+	f := newFixture(t)
+	ests := f.confESTS(2, "0")
+	ests.Spec.UpdateStrategy.UpdateNotReady = true
+	f.create(ests)
+	sts := f.waitSTS(1, func(*assert.CollectT, *appsv1.StatefulSet) {}, "version 1")
+	goodHash := sts.Spec.Template.Annotations[extendedv1alpha1.ConfigHashAnnotation]
+	f.revision(sts, "r1")
+	f.stsPod(sts, 0, "r1", true)
+	f.stsPod(sts, 1, "r1", true)
+	f.rollStatus(sts.Name, "r1", "r1", 2)
+	t.Cleanup(func() { f.releasePods() })
+	setConf := func(value string) {
+		require.NoError(t, suite.Client.Update(t.Context(), &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "conf", Namespace: f.ns}, Data: map[string]string{"k": value}}))
+	}
+
+	// The bad configuration: the StatefulSet controller replaces pod 1, which crash-loops on r2.
+	setConf("1")
+	sts = f.waitSTS(1, func(c *assert.CollectT, sts *appsv1.StatefulSet) {
+		assert.NotEqual(c, goodHash, sts.Spec.Template.Annotations[extendedv1alpha1.ConfigHashAnnotation])
+	}, "config roll")
+	f.revision(sts, "r2")
+	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-v1-1", Namespace: f.ns}}
+	require.NoError(t, suite.Client.Delete(t.Context(), old))
+	f.release("web-v1-1")
+	f.stsPod(sts, 1, "r2", false)
+	f.rollStatus(sts.Name, "r1", "r2", 1)
+	stuck := &corev1.Pod{}
+	require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "web-v1-1"}, stuck))
+	gone := func() bool {
+		p := &corev1.Pod{}
+		err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "web-v1-1"}, p)
+		return apierrors.IsNotFound(err) || (err == nil && (p.UID != stuck.UID || !p.DeletionTimestamp.IsZero()))
+	}
+	testsupport.NeverWithin(t, 2*time.Second, 50*time.Millisecond, gone, "a pod on the update revision deleted")
+
+	// The revert: r1 is the update revision again, its ControllerRevision older than the stuck pod.
+	setConf("0")
+	sts = f.waitSTS(1, func(c *assert.CollectT, sts *appsv1.StatefulSet) {
+		assert.Equal(c, goodHash, sts.Spec.Template.Annotations[extendedv1alpha1.ConfigHashAnnotation])
+	}, "config reverted")
+	f.reuseRevision("r1", 3)
+	f.rollStatus(sts.Name, "r1", "r1", 1)
+	require.Eventually(t, gone, wait, tick, "the stuck pod deleted after the revert")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		evs := testsupport.Events(t, suite.Client, f.ns, "ExtendedStatefulSet", f.name, extendedv1alpha1.EventStuckPodRecreated)
+		if assert.Len(c, evs, 1) {
+			assert.Contains(c, evs[0].Note, "Pod web-v1-1 is not Ready on revision r2")
+		}
+	}, wait, tick)
+
+	// It comes back on r1 and gets Ready: nothing more is deleted.
+	f.release("web-v1-1")
+	f.stsPod(sts, 1, "r1", true)
+	f.rollStatus(sts.Name, "r1", "r1", 2)
+	testsupport.NeverWithin(t, 2*time.Second, 50*time.Millisecond, func() bool {
+		p := &corev1.Pod{}
+		err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "web-v1-1"}, p)
+		return apierrors.IsNotFound(err) || !p.DeletionTimestamp.IsZero()
+	}, "a pod deleted once the roll is over")
+}
+
 // confESTS creates ConfigMap "conf" with k=value and returns an ExtendedStatefulSet of replicas pods of
 // app:1 whose container takes its environment from it.
 func (f *fixture) confESTS(replicas int32, value string) *extendedv1alpha1.ExtendedStatefulSet {
@@ -109,7 +181,28 @@ func (f *fixture) revision(sts *appsv1.StatefulSet, name string) {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, OwnerReferences: []metav1.OwnerReference{
 			{APIVersion: "apps/v1", Kind: "StatefulSet", Name: sts.Name, UID: sts.UID, Controller: ptr.To(true)}}},
 		Data:     runtime.RawExtension{Raw: []byte(`{}`)},
-		Revision: int64(len(name)),
+		Revision: revisionNumber(f.t, name),
+	}))
+}
+
+// revisionNumber is N of a revision named rN.
+func revisionNumber(t *testing.T, name string) int64 {
+	n, err := strconv.ParseInt(strings.TrimPrefix(name, "r"), 10, 64)
+	require.NoError(t, err, "revision name %q", name)
+	return n
+}
+
+// reuseRevision plays the StatefulSet controller's answer to a template reverted to the one of
+// ControllerRevision name: it raises that revision's number to n and keeps its creation time.
+func (f *fixture) reuseRevision(name string, n int64) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rev := &appsv1.ControllerRevision{}
+		if err := suite.Client.Get(f.t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, rev); err != nil {
+			return err
+		}
+		rev.Revision = n
+		return suite.Client.Update(f.t.Context(), rev)
 	}))
 }
 

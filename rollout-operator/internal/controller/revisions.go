@@ -36,6 +36,11 @@ func (r *Reconciler) reconcileRevisions(ctx context.Context, s *scope) (reconcil
 	case sts.Status.CurrentRevision != target:
 		return r.startRollout(ctx, s)
 	case !r.podsAllOn(ctx, sts, target):
+		// A revert to the current revision: a pod of the reverted-from revision that crash-loops never
+		// returns by itself (kubernetes/kubernetes#67250).
+		if err := r.recreateStuckPod(ctx, s, stsPartition(sts, s.replicas)); err != nil {
+			return reconcile.Result{}, err
+		}
 		return awaitReturn(s), nil
 	default:
 		return r.idle(ctx, s)

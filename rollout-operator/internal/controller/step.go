@@ -66,10 +66,7 @@ func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, erro
 // ordinal and whether the step is new.
 func beginStep(s *scope) (partition, ordinal int32, fresh bool) {
 	pr, sts, replicas := s.pr, s.sts, s.replicas
-	partition = 0 // an unset partition is 0
-	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
-		partition = min(*ru.Partition, replicas)
-	}
+	partition = stsPartition(sts, replicas)
 	st := pr.Status.RollingPodStatus
 	if st == nil || st.Partition == nil || *st.Partition != partition {
 		// A step belongs to one partition value: a partition the status does not record (the operator
@@ -88,6 +85,14 @@ func beginStep(s *scope) (partition, ordinal int32, fresh bool) {
 	st.Pod = fmt.Sprintf("%s-%d", sts.Name, ordinal)
 	setStepPhase(pr, sts.Name, partition)
 	return partition, ordinal, fresh
+}
+
+// stsPartition is the StatefulSet's partition, at most replicas (an unset partition is 0).
+func stsPartition(sts *appsv1.StatefulSet, replicas int32) int32 {
+	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		return min(*ru.Partition, replicas)
+	}
+	return 0
 }
 
 // setStepPhase sets the phase of the step at partition: Verifying once every pod is released

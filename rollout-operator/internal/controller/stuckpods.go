@@ -32,7 +32,8 @@ import (
 // recreateStuckPod deletes, when spec.recreateStuckPods is true, at most one pod per step (partition
 // and update revision): the highest ordinal that has not been Ready for progressDeadlineSeconds,
 // runs a revision other than the update revision, was created before the update revision's
-// ControllerRevision and would come back on another revision (at or above the partition, or below it
+// ControllerRevision (by revision number: after a revert the update revision is an earlier
+// ControllerRevision, renumbered) and would come back on another revision (at or above the partition, or below it
 // on a revision other than the current one), and only while no more pods are unavailable than
 // maxUnavailable allows.
 func (r *Reconciler) recreateStuckPod(ctx context.Context, s *scope, partition int32) error {
@@ -66,7 +67,11 @@ func (r *Reconciler) recreateStuckPod(ctx context.Context, s *scope, partition i
 		return fmt.Errorf("reading ControllerRevision %s: %w", update, err)
 	}
 	deadline := time.Duration(ptr.Deref(pr.Spec.ProgressDeadlineSeconds, 600)) * time.Second
-	p, notReady := stuckPod(s, pods, partition, rev.CreationTimestamp.Time, deadline)
+	predates := func(p *corev1.Pod) (bool, error) { return opsutil.PodPredatesRevision(ctx, r.APIReader, p, rev) }
+	p, notReady, err := stuckPod(s, pods, partition, predates, deadline)
+	if err != nil {
+		return err
+	}
 	if p == nil {
 		return nil
 	}
@@ -90,8 +95,9 @@ func (r *Reconciler) recreateStuckPod(ctx context.Context, s *scope, partition i
 }
 
 // stuckPod returns the highest-ordinal pod recreateStuckPod may delete, and how long it has not been
-// Ready.
-func stuckPod(s *scope, pods map[string]*corev1.Pod, partition int32, revisionCreated time.Time, deadline time.Duration) (*corev1.Pod, time.Duration) {
+// Ready; predates tells whether a pod's revision predates the update revision
+// (opsutil.PodPredatesRevision: revision numbers, so that a revert to an earlier template counts).
+func stuckPod(s *scope, pods map[string]*corev1.Pod, partition int32, predates func(*corev1.Pod) (bool, error), deadline time.Duration) (*corev1.Pod, time.Duration, error) {
 	sts := s.sts
 	var candidates []int32
 	for i := range s.replicas {
@@ -100,7 +106,7 @@ func stuckPod(s *scope, pods map[string]*corev1.Pod, partition int32, revisionCr
 	sort.Slice(candidates, func(a, b int) bool { return candidates[a] > candidates[b] })
 	for _, i := range candidates {
 		p, ok := pods[podName(sts, i)]
-		if !ok || !p.DeletionTimestamp.IsZero() || !p.CreationTimestamp.Time.Before(revisionCreated) {
+		if !ok || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
 		revision := p.Labels[appsv1.ControllerRevisionHashLabelKey]
@@ -114,9 +120,17 @@ func stuckPod(s *scope, pods map[string]*corev1.Pod, partition int32, revisionCr
 			}
 			since = c.LastTransitionTime.Time
 		}
-		if notReady := s.now.Sub(since); notReady > deadline {
-			return p, notReady
+		notReady := s.now.Sub(since)
+		if notReady <= deadline {
+			continue
+		}
+		older, err := predates(p)
+		if err != nil {
+			return nil, 0, err
+		}
+		if older {
+			return p, notReady, nil
 		}
 	}
-	return nil, 0
+	return nil, 0, nil
 }

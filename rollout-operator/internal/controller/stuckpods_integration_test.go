@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -95,6 +96,79 @@ func TestStuckPodIsRecreatedAfterTheTemplateFix(t *testing.T) {
 	assert.Equal(t, "web-r3", rec.UpdateRevision)
 	assert.GreaterOrEqual(t, rec.NotReadySeconds, int64(1))
 	f.waitEventReason("pr", rolloutv1alpha1.EventStuckPodRecreated)
+}
+
+// TestStuckPodIsRecreatedAfterARevert: web-2 crash-loops on web-r2, recreated there by the
+// StatefulSet controller after both ControllerRevisions existed; the template is then reverted. The
+// StatefulSet controller reuses web-r1's ControllerRevision (its number raised to 3, its creation time
+// kept, older than web-2) and web-r1 is both the current and the update revision again: the rollout is
+// over, but web-2 never returns by itself. The operator deletes it (once), it comes back on web-r1,
+// and the partition goes back to replicas.
+func TestStuckPodIsRecreatedAfterARevert(t *testing.T) {
+	startOperator(t, newFakeChecker(VerdictPass))
+	f := newFixture(t, 3, 0)
+	f.createControllerRevision("web-r1", 1)
+	f.simulateReadiness(100*time.Millisecond, true, "web-r2")
+	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
+		pr.Spec.Check.SuccessThreshold = 1
+		pr.Spec.RecreateStuckPods = ptr.To(true)
+		pr.Spec.ProgressDeadlineSeconds = ptr.To[int32](1)
+	})
+	f.waitPartition(3)
+	time.Sleep(1100 * time.Millisecond) // creation times have a one-second precision
+	f.createControllerRevision("web-r2", 2)
+	f.newRevision("web-r2")
+	f.waitPartition(2)
+	// As the StatefulSet controller does it: web-2 deleted and created again on web-r2, after both
+	// ControllerRevisions.
+	time.Sleep(1100 * time.Millisecond)
+	first := f.podUID("web-2")
+	require.NoError(t, suite.Client.Delete(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-2", Namespace: f.ns}}))
+	require.Eventually(t, func() bool {
+		pod := &corev1.Pod{}
+		err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "web-2"}, pod)
+		return err == nil && pod.UID != first && pod.Labels[appsv1.ControllerRevisionHashLabelKey] == "web-r2"
+	}, wait, tick, "web-2 back on web-r2")
+	uid := f.podUID("web-2")
+	testsupport.NeverWithin(t, 3*time.Second, tick, func() bool { return f.podUID("web-2") != uid },
+		"web-2 was deleted while its revision is the update revision")
+
+	f.reuseRevision("web-r1", 3)
+	f.newRevision("web-r1")
+	require.Eventually(t, func() bool { return f.podUID("web-2") != uid }, wait, tick, "the stuck pod is recreated after the revert")
+	f.waitPartition(3)
+	require.Eventually(t, func() bool {
+		pr := f.rollout()
+		return pr.Status.Phase == rolloutv1alpha1.PhaseUpdated && strings.HasPrefix(pr.Status.Message, "idle")
+	}, wait, tick, "idle on web-r1")
+	rec := f.rollout().Status.LastStuckPodRecreated
+	require.NotNil(t, rec)
+	assert.Equal(t, "web-2", rec.Pod)
+	assert.Equal(t, string(uid), rec.UID)
+	assert.Equal(t, "web-r2", rec.Revision)
+	assert.Equal(t, "web-r1", rec.UpdateRevision)
+	f.waitEventReason("pr", rolloutv1alpha1.EventStuckPodRecreated)
+	n := 0
+	for _, r := range f.eventReasons("pr") {
+		if r == rolloutv1alpha1.EventStuckPodRecreated {
+			n++
+		}
+	}
+	assert.Equal(t, 1, n, "one stuck pod recreated")
+}
+
+// reuseRevision plays the StatefulSet controller's answer to a template reverted to the one of
+// ControllerRevision name: it raises that revision's number to n and keeps its creation time.
+func (f *fixture) reuseRevision(name string, n int64) {
+	f.t.Helper()
+	require.NoError(f.t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rev := &appsv1.ControllerRevision{}
+		if err := suite.Client.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: name}, rev); err != nil {
+			return err
+		}
+		rev.Revision = n
+		return suite.Client.Update(context.Background(), rev)
+	}))
 }
 
 // TestStuckPodIsLeftAloneWithoutRecreateStuckPods: the same fix with recreateStuckPods false deletes

@@ -42,7 +42,7 @@ func TestStuckPod(t *testing.T) {
 		{"not Ready for less than the deadline", 2, pod(2, "bad", old, &no, now.Add(-time.Minute)), false},
 		{"Ready", 2, pod(2, "bad", old, &yes, now.Add(-10*time.Minute)), false},
 		{"on the update revision", 2, pod(2, "update", old, &no, now.Add(-10*time.Minute)), false},
-		{"created after the update revision", 2, pod(2, "bad", metav1.NewTime(now), &no, now.Add(-10*time.Minute)), false},
+		{"its revision does not predate the update revision", 2, pod(2, "bad", metav1.NewTime(now), &no, now.Add(-10*time.Minute)), false},
 		{"on the current revision below the partition", 3, pod(2, "current", old, &no, now.Add(-10*time.Minute)), false},
 		{"on the current revision at the partition", 2, pod(2, "current", old, &no, now.Add(-10*time.Minute)), true},
 	} {
@@ -50,7 +50,9 @@ func TestStuckPod(t *testing.T) {
 		sts.Status.CurrentRevision, sts.Status.UpdateRevision = "current", "update"
 		s := &scope{sts: sts, replicas: 3, now: now}
 		pods := map[string]*corev1.Pod{c.pod.Name: c.pod}
-		got, notReady := stuckPod(s, pods, c.partition, revisionCreated, 5*time.Minute)
+		predates := func(p *corev1.Pod) (bool, error) { return p.CreationTimestamp.Time.Before(revisionCreated), nil }
+		got, notReady, err := stuckPod(s, pods, c.partition, predates, 5*time.Minute)
+		assert.NoError(t, err)
 		assert.Equal(t, c.want, got != nil, c.name)
 		if c.want && got != nil {
 			assert.Greater(t, notReady, 5*time.Minute, c.name)
