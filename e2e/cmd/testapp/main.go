@@ -20,6 +20,9 @@
 //	                                                     once with exit code N, before serving (never
 //	                                                     Ready: under restartPolicy Always the kubelet
 //	                                                     puts the container in CrashLoopBackOff)
+//	--crash-file FILE         [TESTAPP_CRASH_FILE]       crash at start (--crash-at-start's code) only
+//	                                                     while FILE exists, e.g. /records/$(POD_UID).crash
+//	                                                     to break one pod, not its replacement
 //	--version                                            print the version and exit (records nothing)
 //
 // Pod identity comes from the downward API: POD_NAME, POD_NAMESPACE, POD_UID, NODE_NAME; the pod name
@@ -79,6 +82,7 @@ type options struct {
 	notReadyFile    string
 	valueFile       string
 	crashAtStart    int
+	crashFile       string
 	version         bool
 }
 
@@ -106,7 +110,7 @@ func run(started time.Time, args []string) int {
 	}
 	defer rec.close()
 
-	if opts.crashAtStart != 0 {
+	if crashNow(opts) {
 		// Before the listener: the readiness probe never gets an answer, so the pod is never Ready.
 		rec.record(record{Event: "start", Argv: args, Version: version.Get()})
 		rec.record(record{Event: "stop", ExitCode: ptr(opts.crashAtStart), Reason: "crash-at-start"})
@@ -147,6 +151,19 @@ func run(started time.Time, args []string) int {
 	return opts.exitCode
 }
 
+// crashNow reports whether the app stops at start: --crash-at-start, and the --crash-file exists when
+// one is given.
+func crashNow(o options) bool {
+	if o.crashAtStart == 0 {
+		return false
+	}
+	if o.crashFile == "" {
+		return true
+	}
+	_, err := os.Stat(o.crashFile)
+	return err == nil
+}
+
 // parse reads the flags, taking their defaults from the TESTAPP_* environment variables.
 func parse(args []string) (options, error) {
 	var o options
@@ -159,6 +176,7 @@ func parse(args []string) (options, error) {
 	fs.StringVar(&o.notReadyFile, "not-ready-file", "", "/readyz answers 503 while this file exists")
 	fs.StringVar(&o.valueFile, "value-file", "", "file holding the value of the gauge testapp_value")
 	fs.IntVar(&o.crashAtStart, "crash-at-start", 0, "when not 0: stop at once with this exit code, before serving")
+	fs.StringVar(&o.crashFile, "crash-file", "", "with --crash-at-start: crash only while this file exists")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {

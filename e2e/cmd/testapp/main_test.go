@@ -243,6 +243,19 @@ func TestCrashAtStart(t *testing.T) {
 	assert.Equal(t, []string{"start", "stop"}, got)
 }
 
+// TestCrashFile: with --crash-file the app crashes at start only while that file exists.
+func TestCrashFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "uid-4.crash")
+	a, _ := start(t, nil, "--crash-at-start", "3", "--crash-file", file, "--run-seconds", "0.1", "--listen", "")
+	assert.Equal(t, "run-seconds", a.next(t).Reason, "no file: it runs")
+	assert.Equal(t, 0, a.wait(t))
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	a, _ = start(t, nil, "--crash-at-start", "3", "--crash-file", file, "--run-seconds", "0.1", "--listen", "")
+	assert.Equal(t, "crash-at-start", a.next(t).Reason, "the file: it crashes")
+	assert.Equal(t, 3, a.wait(t))
+}
+
 // TestEndpoints: health, readiness (the not-ready file, the shutdown), metrics (the value file) and
 // the identity page.
 func TestEndpoints(t *testing.T) {
