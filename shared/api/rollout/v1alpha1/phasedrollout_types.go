@@ -172,7 +172,7 @@ type PhasedRolloutSpec struct {
 
 	// recreateStuckPods, when true, deletes a released pod that has not been Ready for longer than
 	// progressDeadlineSeconds and runs an outdated revision (its controller-revision-hash is not the
-	// StatefulSet's update revision, and it was created before that revision), so that the StatefulSet
+	// StatefulSet's update revision, and its revision is older, a revert included), so that the StatefulSet
 	// controller recreates it from the current template: the StatefulSet controller alone never
 	// replaces a crash-looping pod after the template is fixed (kubernetes/kubernetes#67250). At most
 	// one pod per step, never while more pods are unavailable than maxUnavailable allows. Unset means
