@@ -5,6 +5,7 @@ package framework
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,6 +189,17 @@ type apiFaultProxy struct {
 	rate     float64
 	injected atomic.Int64
 	byKind   sync.Map // kind -> *atomic.Int64
+	writes   apiWrites
+}
+
+// apiWrites is the proxy's record of the operator's successful writes to the resources named by
+// RecordWrites: when the API server's answer to each came back, by the object's new resourceVersion.
+// A watcher sees a write later, by however long the watch and the test process lag on a loaded
+// machine; a checker that orders the operator's writes against its other actions uses this instead.
+type apiWrites struct {
+	mu        sync.Mutex
+	resources map[string]bool      // plural resource names, e.g. "statefulsets"
+	at        map[string]time.Time // namespace/resource/name@resourceVersion -> answer time
 }
 
 // StartAPIFaultProxy starts the proxy with no errors injected (see setRate).
@@ -200,6 +213,7 @@ func StartAPIFaultProxy(t *testing.T, rng *rand.Rand) *apiFaultProxy {
 	rp.Transport, rp.FlushInterval = transport, -1
 	rp.ErrorLog = log.New(io.Discard, "", 0) // injected resets and API-server restarts are expected
 	p := &apiFaultProxy{rng: rng}
+	rp.ModifyResponse = p.writes.record
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p.addr = l.Addr().String()
@@ -226,11 +240,99 @@ func StartAPIFaultProxy(t *testing.T, rng *rand.Rand) *apiFaultProxy {
 			}
 			return
 		}
+		if p.writes.wanted(r) {
+			// JSON, so the answer's resourceVersion can be read; the client decodes what it gets.
+			r.Header.Set("Accept", "application/json")
+		}
 		rp.ServeHTTP(w, r)
 	})}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return p
+}
+
+// RecordWrites makes the proxy record the operator's successful writes (create, update, patch; not
+// of a subresource) to the resources of these plural names, for WriteTime.
+func (p *apiFaultProxy) RecordWrites(resources ...string) {
+	p.writes.mu.Lock()
+	defer p.writes.mu.Unlock()
+	if p.writes.resources == nil {
+		p.writes.resources, p.writes.at = map[string]bool{}, map[string]time.Time{}
+	}
+	for _, r := range resources {
+		p.writes.resources[r] = true
+	}
+}
+
+// WriteTime returns when the API server's answer came back for the operator's write that gave the
+// object namespace/resource/name the given resourceVersion; false when the proxy saw no such answer
+// (another client wrote it, or the answer was lost with the operator's connection).
+func (p *apiFaultProxy) WriteTime(namespace, resource, name, resourceVersion string) (time.Time, bool) {
+	p.writes.mu.Lock()
+	defer p.writes.mu.Unlock()
+	at, ok := p.writes.at[namespace+"/"+resource+"/"+name+"@"+resourceVersion]
+	return at, ok
+}
+
+// writeTarget returns the namespace, resource and name a write request names, and whether it is a
+// write of an object (not a list, not a subresource) of a recorded resource.
+func (w *apiWrites) writeTarget(r *http.Request) (ns, resource, name string, ok bool) {
+	switch r.Method {
+	case http.MethodPost, http.MethodPut, http.MethodPatch:
+	default:
+		return "", "", "", false
+	}
+	// /api/v1/namespaces/NS/RESOURCE[/NAME] or /apis/GROUP/VERSION/namespaces/NS/RESOURCE[/NAME]
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	i := slices.Index(parts, "namespaces")
+	if i < 0 || len(parts) < i+3 || len(parts) > i+4 {
+		return "", "", "", false
+	}
+	ns, resource = parts[i+1], parts[i+2]
+	if len(parts) == i+4 {
+		name = parts[i+3]
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return ns, resource, name, w.resources[resource]
+}
+
+func (w *apiWrites) wanted(r *http.Request) bool {
+	_, _, _, ok := w.writeTarget(r)
+	return ok
+}
+
+// record is the proxy's response hook: it notes the answer time of a successful write it records.
+func (w *apiWrites) record(resp *http.Response) error {
+	ns, resource, _, ok := w.writeTarget(resp.Request)
+	if !ok || resp.StatusCode/100 != 2 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		return nil
+	}
+	at := time.Now()
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	var obj struct {
+		Metadata struct {
+			Name            string `json:"name"`
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(body, &obj) != nil || obj.Metadata.ResourceVersion == "" {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// The first answer with this resourceVersion is the write that made it: a later write that changed
+	// nothing (an apply of the same values) answers with the same resourceVersion.
+	key := ns + "/" + resource + "/" + obj.Metadata.Name + "@" + obj.Metadata.ResourceVersion
+	if _, seen := w.at[key]; !seen {
+		w.at[key] = at
+	}
+	return nil
 }
 
 // setRate sets the fraction of requests failed from now on.

@@ -31,6 +31,8 @@ func TestChaosRollout(t *testing.T) {
 	c := framework.NewCampaign(t, "rollout", "rollouts with random check results under operator kills and upgrades, API errors, Prometheus outages, force deletes, NotReady nodes and API-server restarts",
 		"unchecked steps (partition lowered without successThreshold passing checks)")
 	apiProxy := framework.StartAPIFaultProxy(t, c.Rand("proxy"))
+	// The checker times partition changes from the operator's writes (partitionWatch.timeFromWrites).
+	apiProxy.RecordWrites("statefulsets")
 	op := framework.StartChaosOperator(t, "rollout-operator", apiProxy)
 	exp := newMetricsExporter(t)
 	prom := startPrometheusFor(t, exp.srv.Listener.Addr().String())
@@ -71,7 +73,7 @@ func TestChaosRollout(t *testing.T) {
 	var mu sync.Mutex
 	advances := 0
 	violations := c.ParallelRounds(t, c.N(9), "rollout", func(t *testing.T, c *framework.Campaign, _ *rand.Rand, n int) int {
-		inv := chaosRollouts(t, c, &lanes, exp, rp, n)
+		inv := chaosRollouts(t, c, &lanes, exp, rp, apiProxy, n)
 		mu.Lock()
 		advances += inv.advances
 		mu.Unlock()
@@ -88,7 +90,7 @@ const chaosReplicas, chaosThreshold = 3, 2
 
 // chaosRollouts is one lane of TestChaosRollout: a StatefulSet and its PhasedRollout in a namespace of
 // its own, rolled out until about n partition steps are done; it returns what the checker found.
-func chaosRollouts(t *testing.T, c *framework.Campaign, lanes *framework.LaneNamespaces, exp *metricsExporter, rp *recordingProxy, n int) invariant {
+func chaosRollouts(t *testing.T, c *framework.Campaign, lanes *framework.LaneNamespaces, exp *metricsExporter, rp *recordingProxy, apiProxy writeTimes, n int) invariant {
 	ns := framework.NewNamespace(t)
 	for i := range chaosReplicas {
 		exp.setErrors(ns, fmt.Sprintf("web-%d", i), 0)
@@ -107,10 +109,18 @@ func chaosRollouts(t *testing.T, c *framework.Campaign, lanes *framework.LaneNam
 		c.Op(chaosReplicas)
 	}
 	lanes.Leave(ns)
+	byWatch := pw.timeFromWrites(func(rv string) (time.Time, bool) { return apiProxy.WriteTime(ns, "statefulsets", "web", rv) })
 	inv := checkAdvances(pw, rp, ns, chaosThreshold)
-	t.Logf("chaos rollout %s: partition history %v: %d advances, %d unchecked; %d queries, %d passed",
-		ns, pw.values(), inv.advances, inv.unchecked, inv.queries, inv.passes)
+	t.Logf("chaos rollout %s: partition history %v: %d advances, %d unchecked; %d queries, %d passed, %d aborted; %d partition changes timed by the watch",
+		ns, pw.values(), inv.advances, inv.unchecked, inv.queries, inv.passes, inv.aborted, byWatch)
+	c.Tally("check queries not counted: aborted before any answer reached the operator (killed or stopped mid-query)", inv.aborted)
+	c.Tally("partition changes timed by the watch, for want of a recorded operator write", byWatch)
 	return inv
+}
+
+// writeTimes is the API proxy's record of the operator's writes (framework apiFaultProxy).
+type writeTimes interface {
+	WriteTime(namespace, resource, name, resourceVersion string) (time.Time, bool)
 }
 
 // waitRolledOut waits until the StatefulSet runs its latest template on every pod, all Ready, and

@@ -166,6 +166,10 @@ type queryRecord struct {
 	samples int    // samples in the result
 	ok      bool   // a 200 answer with a parsable result
 	auth    string // the Authorization header the operator sent
+	// aborted: the operator went away or gave up before any answer (its process was killed or
+	// stopped mid-query, or it cancelled the query): no result reached it, so none can count for or
+	// against a step. Prometheus being down is not this: the operator gets an error answer.
+	aborted bool
 }
 
 // recordingProxy forwards the operator's queries to Prometheus and records them and their results.
@@ -218,7 +222,7 @@ func newRecordingProxyOn(t *testing.T, upstream, addr string) *recordingProxy {
 	}
 	proxy.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
 		rp.mu.Lock()
-		rp.records = append(rp.records, queryRecord{at: time.Now(), query: queryOf(r)})
+		rp.records = append(rp.records, queryRecord{at: time.Now(), query: queryOf(r), aborted: r.Context().Err() != nil})
 		rp.mu.Unlock()
 		http.Error(w, err.Error(), http.StatusBadGateway)
 	}
@@ -256,8 +260,9 @@ func (rp *recordingProxy) snapshot() []queryRecord {
 
 // partitionChange is one partition value of the StatefulSet, as the watch saw it.
 type partitionChange struct {
-	at    time.Time
+	at    time.Time // when the watch saw it, or when the write was answered (timeFromWrites)
 	value int32
+	rv    string // the StatefulSet's resourceVersion with this value
 }
 
 // partitionWatch records every partition value of one StatefulSet.
@@ -288,13 +293,31 @@ func watchPartition(t *testing.T, ns, name string) *partitionWatch {
 			}
 			if p != last {
 				pw.mu.Lock()
-				pw.changes = append(pw.changes, partitionChange{at: time.Now(), value: p})
+				pw.changes = append(pw.changes, partitionChange{at: time.Now(), value: p, rv: sts.ResourceVersion})
 				pw.mu.Unlock()
 				last = p
 			}
 		}
 	}()
 	return pw
+}
+
+// timeFromWrites times each partition change from the write that made it, where writeTime knows it
+// (the API proxy's record of the operator's writes), instead of from the moment the watch delivered
+// it: on a loaded machine the watch, and this process, lag by up to seconds, and a late previous
+// change hides passing checks the operator made after its write. It returns how many changes keep
+// their watch time, for want of a recorded write.
+func (pw *partitionWatch) timeFromWrites(writeTime func(resourceVersion string) (time.Time, bool)) (byWatch int) {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	for i := range pw.changes {
+		if at, ok := writeTime(pw.changes[i].rv); ok {
+			pw.changes[i].at = at
+		} else {
+			byWatch++
+		}
+	}
+	return byWatch
 }
 
 func (pw *partitionWatch) values() []int32 {
@@ -310,24 +333,36 @@ func (pw *partitionWatch) values() []int32 {
 // invariant is the result of checking one StatefulSet's partition history against the queries.
 type invariant struct {
 	advances, unchecked int
-	// queries and passes count the queries of this scenario and those that passed.
-	queries, passes int
-	overheads       []time.Duration
+	// queries and passes count the queries of this scenario and those that passed; aborted, those
+	// that no answer came back for (queryRecord.aborted), which the checker skips.
+	queries, passes, aborted int
+	overheads                []time.Duration
 }
 
 // checkAdvances counts the partition decreases not preceded, since the previous partition change, by
 // successThreshold consecutive passing queries (NoData semantic: a 200 answer with no sample) that
-// mention marker (the namespace, so each test's queries are told apart).
+// mention marker (the namespace, so each test's queries are told apart). Aborted queries are
+// skipped: the operator got no answer, so they neither pass nor fail a step. Skipping one adds no
+// pass; it could join two runs of passes only for an operator that ignores a query it cancelled
+// itself, and here the operator cancels none: Prometheus answers within milliseconds, far inside
+// the operator's 10 s query timeout (an outage is an error answer, recorded as a failure), so an
+// aborted query is the operator killed or stopped mid-query, and the next process counts afresh.
 func checkAdvances(pw *partitionWatch, rp *recordingProxy, marker string, threshold int) invariant {
 	pw.mu.Lock()
 	changes := slices.Clone(pw.changes)
 	pw.mu.Unlock()
 	records := rp.snapshot()
+	// In the order of their answers: a record is appended when its answer is read, which for
+	// concurrent queries need not be that order.
+	slices.SortStableFunc(records, func(a, b queryRecord) int { return a.at.Compare(b.at) })
 	var inv invariant
 	for _, r := range records {
 		if strings.Contains(r.query, marker) {
 			inv.queries++
-			if r.ok && r.samples == 0 {
+			switch {
+			case r.aborted:
+				inv.aborted++
+			case r.ok && r.samples == 0:
 				inv.passes++
 			}
 		}
@@ -340,7 +375,7 @@ func checkAdvances(pw *partitionWatch, rp *recordingProxy, marker string, thresh
 		consecutive := 0
 		var lastPass time.Time
 		for _, r := range records {
-			if !strings.Contains(r.query, marker) || !r.at.After(changes[i-1].at) || !r.at.Before(changes[i].at) {
+			if r.aborted || !strings.Contains(r.query, marker) || !r.at.After(changes[i-1].at) || !r.at.Before(changes[i].at) {
 				continue
 			}
 			if r.ok && r.samples == 0 {
