@@ -307,6 +307,7 @@ func (r *Reconciler) retire(ctx context.Context, s *scope) {
 		}
 		s.retiring++
 		m.retiredNow = true
+		s.keepSpare()
 		r.mem.pushLost(s.key, m.verdict.since)
 	}
 }

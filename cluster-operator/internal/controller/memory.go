@@ -32,6 +32,9 @@ type memory struct {
 	// refused is, per StatefulCluster, the generation whose pod template the API server refused as
 	// invalid and its message: no identity is spent on it again until the spec changes.
 	refused map[types.NamespacedName]refusal
+	// pools are the identities reserved ahead per StatefulCluster (reservation.go). Lost with a
+	// restart, and then skipped: the next process starts above the reservation written in status.
+	pools map[types.NamespacedName]identityPool
 }
 
 // refusal is a generation whose pods the API server refuses, and why.
@@ -75,6 +78,7 @@ func newMemory() *memory {
 		gone:      map[types.NamespacedName][]gonePod{},
 		lostSince: map[types.NamespacedName][]time.Time{},
 		refused:   map[types.NamespacedName]refusal{},
+		pools:     map[types.NamespacedName]identityPool{},
 	}
 }
 
@@ -217,4 +221,5 @@ func (m *memory) forget(sc types.NamespacedName) {
 	delete(m.gone, sc)
 	delete(m.lostSince, sc)
 	delete(m.refused, sc)
+	delete(m.pools, sc)
 }
