@@ -110,11 +110,13 @@ func TestExtendedStatefulSetDefaults(t *testing.T) {
 		"seed 004 example": {
 			doc: extendedStatefulSetSeed,
 			want: map[string]any{
-				"spec.scaling.min":                        int64(3),
-				"spec.scaling.max":                        int64(13),
-				"spec.scaling.oddOnly":                    true,
-				"spec.updateOnEnvChange":                  true,
-				"spec.updateStrategy.canaries":            int64(1),
+				"spec.scaling.min":             int64(3),
+				"spec.scaling.max":             int64(13),
+				"spec.scaling.oddOnly":         true,
+				"spec.updateOnEnvChange":       true,
+				"spec.updateStrategy.canaries": int64(1),
+				// Nothing changes for objects written before spec.updateStrategy.type: versioned upgrades.
+				"spec.updateStrategy.type":                "Versioned",
 				"spec.updateStrategy.retryCount":          int64(2),
 				"spec.updateStrategy.updateNotReady":      true,
 				"spec.updateStrategy.canaryWatchTime":     "5m",
@@ -429,6 +431,34 @@ spec:
 			Doc:  extendedStatefulSet("ests-many-claims", "", "      volumeClaimTemplates:\n"+manyClaims.String()),
 			Want: []string{"spec.template.spec.volumeClaimTemplates", "must have at most 16 items"},
 		},
+		badInput{
+			Case: "updateStrategy.type InPlace with upgradeJobs",
+			Doc: extendedStatefulSet("ests-inplace-jobs", "  updateStrategy: {type: InPlace}\n  upgradeJobs:\n    pre:\n      spec:\n        template:\n"+
+				"          spec: {restartPolicy: Never, containers: [{name: pre, image: busybox}]}\n", ""),
+			Want: []string{"spec.upgradeJobs", "spec.upgradeJobs needs spec.updateStrategy.type Versioned"},
+		},
+		badInput{
+			Case: "updateStrategy.type InPlace with a template updateStrategy OnDelete",
+			Doc:  extendedStatefulSet("ests-inplace-ondelete", "  updateStrategy: {type: InPlace}\n", "      updateStrategy: {type: OnDelete}\n"),
+			Want: []string{"spec.template.spec.updateStrategy", "the operator owns the StatefulSet's partition"},
+		},
+		badInput{
+			Case: "updateStrategy.type InPlace with a template partition",
+			Doc: extendedStatefulSet("ests-inplace-partition", "  updateStrategy: {type: InPlace}\n",
+				"      updateStrategy: {type: RollingUpdate, rollingUpdate: {partition: 1}}\n"),
+			Want: []string{"spec.template.spec.updateStrategy", "the operator owns the StatefulSet's partition"},
+		},
+		badInput{
+			Case: "updateStrategy.type changed (Versioned to InPlace)", Input: "type: Versioned → type: InPlace",
+			Before: extendedStatefulSet("ests-type-change", "  updateStrategy: {type: Versioned}\n", ""),
+			Doc:    extendedStatefulSet("ests-type-change", "  updateStrategy: {type: InPlace}\n", ""),
+			Want:   []string{"spec.updateStrategy.type", "spec.updateStrategy.type cannot be changed"},
+		},
+		badInput{
+			Case: "updateStrategy.type unknown",
+			Doc:  extendedStatefulSet("ests-type-unknown", "  updateStrategy: {type: BlueGreen}\n", ""),
+			Want: []string{"spec.updateStrategy.type", "Unsupported value"},
+		},
 	)
 }
 
@@ -535,6 +565,39 @@ func TestExtendedStatefulSetClaimStorageOnUpdate(t *testing.T) {
 			require.Error(t, err, "the API server accepted a smaller storage request")
 			require.True(t, apierrors.IsInvalid(err), "want an Invalid error, got: %v", err)
 			assert.Contains(t, err.Error(), "spec.template.spec.volumeClaimTemplates")
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// TestExtendedStatefulSetUpdateStrategyTypeOnUpdate checks that spec.updateStrategy.type is fixed once
+// the object exists, also for an object written before the field (defaulted to Versioned on read), and
+// that an InPlace object otherwise updates as any other.
+func TestExtendedStatefulSetUpdateStrategyTypeOnUpdate(t *testing.T) {
+	tests := map[string]struct {
+		before, after string
+		want          string // empty: accepted
+	}{
+		"unset to InPlace":         {before: "", after: "  updateStrategy: {type: InPlace}\n", want: "spec.updateStrategy.type cannot be changed"},
+		"InPlace to Versioned":     {before: "  updateStrategy: {type: InPlace}\n", after: "  updateStrategy: {type: Versioned}\n", want: "spec.updateStrategy.type cannot be changed"},
+		"unset to Versioned":       {before: "", after: "  updateStrategy: {type: Versioned}\n"},
+		"InPlace kept, canaries 2": {before: "  updateStrategy: {type: InPlace}\n", after: "  updateStrategy: {type: InPlace, canaries: 2}\n"},
+	}
+	i := 0
+	for name, tc := range tests {
+		i++
+		t.Run(name, func(t *testing.T) {
+			obj := mustApply(t, extendedStatefulSet(fmt.Sprintf("ests-type-%d", i), tc.before, ""))
+			after := decode(t, extendedStatefulSet(obj.GetName(), tc.after, ""))
+			cur := readBack(t, obj)
+			cur.Object["spec"] = after.Object["spec"]
+			err := k8sClient.Update(t.Context(), cur)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err, "the API server accepted a change of spec.updateStrategy.type")
+			require.True(t, apierrors.IsInvalid(err), "want an Invalid error, got: %v", err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}

@@ -221,7 +221,7 @@ func (s *scope) cleaningUp() bool {
 // configRolling reports whether a zone's serving version is rolling its pods for a configuration change.
 func (s *scope) configRolling() bool {
 	for _, zs := range s.zoneScopes() {
-		if c := zs.current; c != nil && !c.rolledOut() && c.sts.Status.UpdatedReplicas < c.specReplicas() {
+		if c := zs.current; c != nil && !c.stale() && !c.rolledOut() && c.sts.Status.UpdatedReplicas < c.specReplicas() {
 			return true
 		}
 	}

@@ -108,11 +108,11 @@ func applyVersionStatus(s *scope) {
 	st.Versions, st.Replicas, st.ReadyReplicas = s.versionCounts()
 	st.UpdatedReplicas, st.CanaryRetries = 0, 0
 	if s.current != nil {
-		st.CurrentVersion = int32(s.current.number)
+		st.CurrentVersion = int32(s.current.servedNumber())
 	}
 	if n := s.newest; n != nil {
 		st.UpdateVersion = int32(n.number)
-		st.UpdatedReplicas = n.sts.Status.Replicas
+		st.UpdatedReplicas = n.updatedReplicas()
 		st.CanaryRetries = n.intAnnotation(extendedv1alpha1.CanaryRetriesAnnotation)
 		if h := n.configHash(); h != "" {
 			st.ConfigHash = h
@@ -158,6 +158,13 @@ func (s *scope) progress(stale bool) (reason, msg string) {
 			reason = extendedv1alpha1.ReasonReferenceNotFound
 		}
 		return reason, s.waiting
+	case n != nil && !stale && n.inPlace() && inPlaceRolling(n):
+		reason = extendedv1alpha1.ReasonRollout
+		if n.phase() == extendedv1alpha1.PhaseCanary {
+			reason = extendedv1alpha1.ReasonCanaryRollout
+		}
+		return reason, fmt.Sprintf("%sversion %d in place: ordinals %d and up updating (partition %d), %d of %d pods updated, %d Ready",
+			s.prefix, n.number, partition(n.sts), partition(n.sts), n.sts.Status.UpdatedReplicas, n.specReplicas(), n.sts.Status.ReadyReplicas)
 	case n != nil && !stale && n.phase() == extendedv1alpha1.PhasePreJob:
 		return extendedv1alpha1.ReasonPreUpgradeJobRunning,
 			fmt.Sprintf("%sversion %d waits for pre upgrade Job %s", s.prefix, n.number, n.annotation(extendedv1alpha1.PreJobAnnotation))
@@ -213,7 +220,10 @@ func (s *scope) readiness(stale bool, progressReason, progressMsg string) (ready
 		if why != "" {
 			msg += " (" + why + ")"
 		}
-		if s.current != nil {
+		switch {
+		case s.newest.inPlace():
+			// The message of the stale mark names the frozen partition and what runs below it.
+		case s.current != nil:
 			msg += fmt.Sprintf("; version %d serves", s.current.number)
 		}
 		return false, reason, msg + "; change the template to try again"
@@ -303,7 +313,7 @@ func applyZoneStatus(st *extendedv1alpha1.ExtendedStatefulSetStatus, s *scope) {
 		zs := extendedv1alpha1.ZoneStatus{Name: z.zone.name, Index: int32(z.zone.index)}
 		zs.Versions, zs.Replicas, zs.ReadyReplicas = z.versionCounts()
 		if c := z.current; c != nil {
-			zs.CurrentVersion = int32(c.number)
+			zs.CurrentVersion = int32(c.servedNumber())
 		}
 		if n := z.newest; n != nil {
 			zs.UpdateVersion = int32(n.number)
@@ -317,7 +327,7 @@ func applyZoneStatus(st *extendedv1alpha1.ExtendedStatefulSetStatus, s *scope) {
 	}
 	for _, z := range s.zones {
 		if n := z.newest; n != nil && int32(n.number) == st.UpdateVersion {
-			st.UpdatedReplicas += n.sts.Status.Replicas
+			st.UpdatedReplicas += n.updatedReplicas()
 		}
 	}
 }

@@ -60,7 +60,7 @@ func (r *Reconciler) recreateStuckPod(ctx context.Context, ests *extendedv1alpha
 		return fmt.Errorf("reading ControllerRevision %s: %w", st.UpdateRevision, err)
 	}
 	var p *corev1.Pod
-	for _, c := range stuckCandidates(v.sts, pods) {
+	for _, c := range stuckCandidates(v.sts, pods, partition(v.sts)) {
 		older, err := opsutil.PodPredatesRevision(ctx, r.APIReader, c, rev)
 		if err != nil {
 			return err
@@ -89,8 +89,10 @@ func (r *Reconciler) recreateStuckPod(ctx context.Context, ests *extendedv1alpha
 
 // stuckCandidates returns the pods recreateStuckPod may delete if they predate the update revision,
 // highest ordinal first: none while a pod of the StatefulSet is terminating; else the pods the
-// StatefulSet controls that are not Ready and are not on the update revision.
-func stuckCandidates(sts *appsv1.StatefulSet, pods []corev1.Pod) []*corev1.Pod {
+// StatefulSet controls that are not Ready and are not on the update revision, at or above the partition
+// (in place, inplace.go: below it a recreated pod would come back on the old revision, and the
+// StatefulSet controller does not wait for it).
+func stuckCandidates(sts *appsv1.StatefulSet, pods []corev1.Pod, partition int32) []*corev1.Pod {
 	var found []*corev1.Pod
 	for i := range pods {
 		p := &pods[i]
@@ -100,7 +102,8 @@ func stuckCandidates(sts *appsv1.StatefulSet, pods []corev1.Pod) []*corev1.Pod {
 		if !p.DeletionTimestamp.IsZero() {
 			return nil // one at a time
 		}
-		if opsutil.PodReady(p) || p.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision {
+		if podOrdinal(sts.Name, p.Name) < int(partition) || opsutil.PodReady(p) ||
+			p.Labels[appsv1.ControllerRevisionHashLabelKey] == sts.Status.UpdateRevision {
 			continue
 		}
 		found = append(found, p)

@@ -62,7 +62,11 @@ func (r *Reconciler) reconcileZones(ctx context.Context, s *scope) error {
 			return err
 		}
 		zs := s.perZone[i]
-		if err := r.reconcileZone(ctx, s, zs, g); err != nil {
+		reconcile := r.reconcileZone
+		if inPlace(s.ests) {
+			reconcile = r.reconcileZoneInPlace
+		}
+		if err := reconcile(ctx, s, zs, g); err != nil {
 			return err
 		}
 		if zs.waitReason == extendedv1alpha1.ReasonZoneUpgrade {
@@ -85,7 +89,8 @@ func (r *Reconciler) zoneGate(ctx context.Context, s *scope, i int) (gate, error
 	}
 	behind := ""
 	for j := range i {
-		if n := s.perZone[j].newest; n != nil && (n.templateHash() != s.layout[j].hash || n != s.perZone[j].current) {
+		if n := s.perZone[j].newest; n != nil && (n.templateHash() != s.layout[j].hash || n != s.perZone[j].current ||
+			(n.inPlace() && (n.stale() || n.phase() != extendedv1alpha1.PhaseDone))) {
 			behind = s.layout[j].name
 			break
 		}
@@ -144,6 +149,9 @@ type gate struct {
 // the zone list changed, a zone index can name StatefulSets of a removed zone still being deleted.
 func freeNumber(ests *extendedv1alpha1.ExtendedStatefulSet, all []*version, z zone, from int) int {
 	n := from
+	if inPlace(ests) {
+		return n // the name has no number: nothing to skip
+	}
 	for slices.ContainsFunc(all, func(v *version) bool { return v.sts.Name == statefulSetName(ests, z, n) && zoneOf(v) != z.name }) {
 		n++
 	}
@@ -157,6 +165,11 @@ func (zs *zoneScope) classify(versions []*version) {
 		return
 	}
 	zs.newest = versions[len(versions)-1]
+	if zs.newest.inPlace() {
+		// One StatefulSet serves and updates: the pods below its partition run the previous template.
+		zs.current = zs.newest
+		return
+	}
 	for _, v := range versions {
 		if p := v.phase(); !v.stale() && (p == extendedv1alpha1.PhaseDone || p == extendedv1alpha1.PhasePostJob) {
 			zs.previous, zs.current = zs.current, v
@@ -532,8 +545,11 @@ func (r *Reconciler) markStaleKeeping(ctx context.Context, ests *extendedv1alpha
 // versionPods lists the pods of a version, read live (pods are not cached).
 func (r *Reconciler) versionPods(ctx context.Context, v *version) ([]corev1.Pod, error) {
 	var pods corev1.PodList
-	sel := client.MatchingLabels{extendedv1alpha1.NameLabel: v.sts.Labels[extendedv1alpha1.NameLabel],
-		extendedv1alpha1.VersionLabel: strconv.Itoa(v.number)}
+	sel := client.MatchingLabels{extendedv1alpha1.NameLabel: v.sts.Labels[extendedv1alpha1.NameLabel]}
+	if !v.inPlace() {
+		// In place, the pods of the previous and the updated template are the same StatefulSet's.
+		sel[extendedv1alpha1.VersionLabel] = strconv.Itoa(v.number)
+	}
 	if zone := zoneOf(v); zone != "" {
 		sel[extendedv1alpha1.ZoneLabel] = zone // version numbers repeat across zones
 	}

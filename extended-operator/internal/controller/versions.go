@@ -73,12 +73,27 @@ func (v *version) rolledOut() bool {
 		st.Replicas == want && (st.UpdateRevision == "" || st.CurrentRevision == st.UpdateRevision)
 }
 
+// updatedReplicas are the pods of the version: all its pods, or in place those on the update revision.
+func (v *version) updatedReplicas() int32 {
+	if v.inPlace() {
+		return v.sts.Status.UpdatedReplicas
+	}
+	return v.sts.Status.Replicas
+}
+
 // running is the seed's notion: at least one pod of the version is Ready.
 func (v *version) running() bool { return v.sts.Status.ReadyReplicas > 0 }
 
 // statefulSetName is the deterministic name of a version's StatefulSet: <name>-v<version>, or
 // <name>-z<zone index>-v<version> in a zone.
 func statefulSetName(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number int) string {
+	if inPlace(ests) {
+		// One StatefulSet for good (inplace.go): no version in its name.
+		if z.zoned() {
+			return fmt.Sprintf("%s-z%d", ests.Name, z.index)
+		}
+		return ests.Name
+	}
 	if z.zoned() {
 		return fmt.Sprintf("%s-z%d-v%d", ests.Name, z.index, number)
 	}
@@ -143,7 +158,13 @@ func buildStatefulSet(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number
 	if sel == nil {
 		sel = &metav1.LabelSelector{}
 	}
-	sel.MatchLabels = mergeMaps(sel.MatchLabels, own)
+	if inPlace(ests) {
+		// The selector cannot change, and in place the pods of two versions are one StatefulSet's: it
+		// names the ExtendedStatefulSet only; the pods still carry their version label.
+		sel.MatchLabels = mergeMaps(sel.MatchLabels, map[string]string{extendedv1alpha1.NameLabel: ests.Name})
+	} else {
+		sel.MatchLabels = mergeMaps(sel.MatchLabels, own)
+	}
 	spec.Selector = sel
 	spec.Template.Labels = mergeMaps(spec.Template.Labels, own)
 	if cfgHash != "" {
@@ -167,6 +188,10 @@ func buildStatefulSet(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number
 			}),
 		},
 		Spec: *spec,
+	}
+	if inPlace(ests) {
+		setPartition(sts, 0)
+		sts.Annotations[extendedv1alpha1.CurrentVersionAnnotation] = v
 	}
 	applyZone(sts, z)
 	return sts

@@ -195,6 +195,9 @@ func hasEnv(env []corev1.EnvVar, name string) bool {
 // serving one that is not stale, or a stale one still handing its volumes back.
 func upgrading(zs *zoneScope) bool {
 	n, c := zs.newest, zs.current
+	if n != nil && n.inPlace() {
+		return inPlaceRolling(n)
+	}
 	if n == nil || n == c || !n.sts.DeletionTimestamp.IsZero() {
 		return false
 	}
@@ -210,7 +213,8 @@ func rolling(v *version) bool {
 
 // busy reports whether a zone is replacing pods: an upgrade or a configuration roll.
 func busy(zs *zoneScope) bool {
-	return upgrading(zs) || (zs.current != nil && rolling(zs.current)) || zs.configRolled
+	// A stale in-place StatefulSet is frozen mid-roll: it replaces no pods.
+	return upgrading(zs) || (zs.current != nil && !zs.current.stale() && rolling(zs.current)) || zs.configRolled
 }
 
 // removeZone deletes the StatefulSets of a zone that left spec.az.zones. Their claims stay unless

@@ -13,7 +13,8 @@ const (
 	NameLabel = "fissile.cloudfoundry.org/extendedstatefulset-name"
 	// StaleAnnotation ("true") marks the StatefulSet of a version whose upgrade failed (the original
 	// ExtendedStatefulSet's "annotated if stale"). A stale version is scaled to zero and never resumed; the next template change makes a new
-	// version.
+	// version. With spec.updateStrategy.type InPlace the StatefulSet keeps its pods and its partition
+	// stays where it was; the next template change starts over.
 	StaleAnnotation = "fissile.cloudfoundry.org/stale"
 	// TemplateHashAnnotation is the hash of spec.template (replicas excluded) a version was built from; a
 	// different hash means a new version.
@@ -34,6 +35,9 @@ const (
 	StaleReasonAnnotation = "fissile.cloudfoundry.org/stale-reason"
 	// PreJobAnnotation names the pre upgrade Job a version waits for (or waited for) before its pods start.
 	PreJobAnnotation = "fissile.cloudfoundry.org/pre-job"
+	// CurrentVersionAnnotation, on the StatefulSet of spec.updateStrategy.type InPlace, is the version
+	// whose template the pods below the partition run: the last version fully rolled out.
+	CurrentVersionAnnotation = "fissile.cloudfoundry.org/current-version"
 	// UpgradeJobLabel is the kind of an upgrade Job ("pre" or "post"), on the Job and its pods.
 	UpgradeJobLabel = "fissile.cloudfoundry.org/upgrade-job"
 )
@@ -56,6 +60,9 @@ const (
 
 // Event reasons of the operator (besides the condition reasons).
 const (
+	// EventInPlaceUpdate: with spec.updateStrategy.type InPlace, a template or configuration change was
+	// written into the StatefulSet, its partition set to replicas - canaries.
+	EventInPlaceUpdate = "InPlaceUpdate"
 	// EventVersionCreated: a StatefulSet for a new version was created.
 	EventVersionCreated = "VersionCreated"
 	// EventCanaryRetry: canaries did not become Ready in time and were restarted.

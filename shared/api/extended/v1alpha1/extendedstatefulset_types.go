@@ -26,6 +26,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.updateOnEnvChange) || !has(self.updateOnConfigChange) || self.updateOnEnvChange == self.updateOnConfigChange",message="spec.updateOnEnvChange and spec.updateOnConfigChange are aliases and must not disagree",fieldPath=".updateOnConfigChange"
 // +kubebuilder:validation:XValidation:rule="!has(self.scaling) || !has(self.template.spec.replicas) || (self.template.spec.replicas >= self.scaling.min && (!has(self.scaling.max) || self.template.spec.replicas <= self.scaling.max))",messageExpression="has(self.scaling.max) ? 'spec.template.spec.replicas (%d) must be between spec.scaling.min (%d) and spec.scaling.max (%d)'.format([self.template.spec.replicas, self.scaling.min, self.scaling.max]) : 'spec.template.spec.replicas (%d) must be at least spec.scaling.min (%d)'.format([self.template.spec.replicas, self.scaling.min])",fieldPath=".template.spec.replicas"
 // +kubebuilder:validation:XValidation:rule="!has(self.scaling) || !self.scaling.oddOnly || !has(self.template.spec.replicas) || self.template.spec.replicas % 2 == 1",messageExpression="'spec.template.spec.replicas (%d) must be odd because spec.scaling.oddOnly is true'.format([self.template.spec.replicas])",fieldPath=".template.spec.replicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.updateStrategy) || !has(self.updateStrategy.type) || self.updateStrategy.type != 'InPlace' || !has(self.upgradeJobs)",message="spec.upgradeJobs needs spec.updateStrategy.type Versioned: an in-place update has no version waiting without pods for a pre Job, and no previous StatefulSet to roll back to",fieldPath=".upgradeJobs"
+// +kubebuilder:validation:XValidation:rule="!has(self.updateStrategy) || !has(self.updateStrategy.type) || self.updateStrategy.type != 'InPlace' || !has(self.template.spec.updateStrategy) || ((!has(self.template.spec.updateStrategy.type) || self.template.spec.updateStrategy.type == 'RollingUpdate') && (!has(self.template.spec.updateStrategy.rollingUpdate) || !has(self.template.spec.updateStrategy.rollingUpdate.partition)))",message="with spec.updateStrategy.type InPlace the operator owns the StatefulSet's partition: spec.template.spec.updateStrategy must not set type OnDelete or rollingUpdate.partition",fieldPath=".template.spec.updateStrategy"
 type ExtendedStatefulSetSpec struct {
 	// scaling restricts the replica count (spec.template.spec.replicas), wherever it is set: kubectl
 	// apply, kubectl scale, a HorizontalPodAutoscaler. Unset: no restriction.
@@ -57,9 +59,10 @@ type ExtendedStatefulSetSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	ReloadKeys []ReloadKeys `json:"reloadKeys,omitempty"`
 
-	// updateStrategy tunes versioned upgrades: each template change is a new version, deployed as its own
-	// StatefulSet beside the running one; canaries pods of it come up first, then the rest, and lower
-	// versions are deleted once it runs.
+	// updateStrategy tunes upgrades: by default (type Versioned) each template change is a new version,
+	// deployed as its own StatefulSet beside the running one; canaries pods of it come up first, then the
+	// rest, and lower versions are deleted once it runs. With type InPlace the one StatefulSet is updated
+	// in place, its highest ordinals first.
 	// +optional
 	// +kubebuilder:default={}
 	UpdateStrategy UpdateStrategy `json:"updateStrategy,omitzero"`
@@ -107,8 +110,37 @@ type Scaling struct {
 	OddOnly bool `json:"oddOnly,omitempty"`
 }
 
+// UpdateStrategyType says how a template change reaches the pods (spec.updateStrategy.type).
+// +kubebuilder:validation:Enum=Versioned;InPlace
+type UpdateStrategyType string
+
+const (
+	// VersionedUpdateStrategy (the default): each template change is a new version, its own StatefulSet
+	// <name>[-z<i>]-v<N> beside the running one; its first pods are the canaries.
+	VersionedUpdateStrategy UpdateStrategyType = "Versioned"
+	// InPlaceUpdateStrategy: one StatefulSet <name>[-z<i>] for good, updated in place with a
+	// RollingUpdate partition the operator owns; its highest ordinals are the canaries. No second set of
+	// pods or volumes is ever created.
+	InPlaceUpdateStrategy UpdateStrategyType = "InPlace"
+)
+
 // UpdateStrategy tunes versioned canary upgrades.
 type UpdateStrategy struct {
+	// type says how a template change reaches the pods. Versioned (the default): each template change
+	// is a new version, deployed as its own StatefulSet <name>[-z<i>]-v<N> beside the running one (with
+	// volumes, each ordinal's volume moves over). InPlace, for workloads that cannot afford a second set
+	// of pods or volumes: one StatefulSet <name>[-z<i>] whose template is updated in place; the operator
+	// sets its RollingUpdate partition to replicas - canaries, so the highest ordinals update first, and
+	// once they are updated and Ready within canaryWatchTime it lowers the partition one pod at a time,
+	// each within updateWatchTime. A failure freezes the partition and marks the StatefulSet stale; the
+	// pods below the partition keep the previous template. The version number still counts template
+	// changes (status.versions has one entry, the StatefulSet's). It cannot be changed once set, and
+	// InPlace refuses spec.upgradeJobs and a template update strategy of its own.
+	// +optional
+	// +kubebuilder:default=Versioned
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.updateStrategy.type cannot be changed: Versioned and InPlace keep their pods in differently named StatefulSets; create a new ExtendedStatefulSet to switch"
+	Type UpdateStrategyType `json:"type,omitempty"`
+
 	// canaries is the number of pods of a new version started first; each must become Ready within
 	// canaryWatchTime before the remaining pods are started. 0 starts all pods of the new version at
 	// once. Defaults to 1.

@@ -1,0 +1,372 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
+)
+
+// In-place updates (spec.updateStrategy.type InPlace, ES-06), for workloads that cannot afford a second
+// set of pods or volumes. Each zone has one StatefulSet, <name>[-z<index>], for good: its selector has
+// no version label, so a template change is written into it instead of into a new StatefulSet. The
+// operator owns its RollingUpdate partition: a template change sets it to replicas - canaries, so the
+// StatefulSet controller updates the highest ordinals (the canaries) only; once each of them runs the
+// update revision and is Ready within canaryWatchTime, the partition goes down one pod at a time, each
+// pod updated and Ready within updateWatchTime. A canary that is not (after retryCount restarts), or a
+// later pod that is not, marks the StatefulSet stale and freezes the partition: the ordinals below it
+// keep the previous template and serve. The next template change starts over from replicas - canaries.
+//
+// The state is the StatefulSet's: the partition in its spec, the phase, watch start, progress, retries
+// and staleness in the same annotations as a versioned upgrade, so a restarted operator resumes. The
+// version annotation still counts template changes (status.versions has one entry), and
+// CurrentVersionAnnotation keeps the last version fully rolled out (status.currentVersion). A
+// configuration change (updateOnEnvChange) takes the same path, canaries first, with the same version.
+
+// inPlace reports whether the ExtendedStatefulSet updates its StatefulSets in place.
+func inPlace(ests *extendedv1alpha1.ExtendedStatefulSet) bool {
+	return ests.Spec.UpdateStrategy.Type == extendedv1alpha1.InPlaceUpdateStrategy
+}
+
+// inPlace reports whether the version's StatefulSet is updated in place: its selector, which cannot
+// change, has no version label.
+func (v *version) inPlace() bool {
+	if v.sts.Spec.Selector == nil {
+		return false
+	}
+	_, versioned := v.sts.Spec.Selector.MatchLabels[extendedv1alpha1.VersionLabel]
+	return !versioned
+}
+
+// partition is the StatefulSet's RollingUpdate partition: the pods below it keep the current revision.
+func partition(sts *appsv1.StatefulSet) int32 {
+	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
+		return *ru.Partition
+	}
+	return 0
+}
+
+func setPartition(sts *appsv1.StatefulSet, p int32) {
+	sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{
+		Type:          appsv1.RollingUpdateStatefulSetStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateStatefulSetStrategy{Partition: ptr.To(p)},
+	}
+}
+
+// servedNumber is the version the pods below the partition run (the version for a versioned one).
+func (v *version) servedNumber() int {
+	if v.inPlace() {
+		if n := int(v.intAnnotation(extendedv1alpha1.CurrentVersionAnnotation)); n > 0 {
+			return n
+		}
+	}
+	return v.number
+}
+
+// inPlaceRolling reports whether an in-place StatefulSet is between a template (or configuration)
+// change and its last pod updated, and not stale.
+func inPlaceRolling(v *version) bool {
+	p := v.phase()
+	return v.sts.DeletionTimestamp.IsZero() && !v.stale() && (p == extendedv1alpha1.PhaseCanary || p == extendedv1alpha1.PhaseRollout)
+}
+
+// reconcileZoneInPlace makes one zone's in-place StatefulSet agree with the spec: it creates it, keeps
+// its replicas, starts an update on a template change (when the zone gate allows) or a configuration
+// change (after the debounce and restart windows, when the gate allows) and drives the update.
+func (r *Reconciler) reconcileZoneInPlace(ctx context.Context, s *scope, zs *zoneScope, g gate) error {
+	ests, z, desired := s.ests, zs.zone, zs.zone.replicas
+	if len(zs.versions) == 0 {
+		if len(zs.missing) > 0 {
+			return nil // never start pods that cannot start: MissingReference says why
+		}
+		v, err := r.createVersion(ctx, ests, z, g.next, s.wantCfg, extendedv1alpha1.PhaseDone, desired, s.now, "")
+		if v != nil {
+			zs.versions = []*version{v}
+			zs.newest, zs.current = v, v
+		}
+		return err
+	}
+	v := zs.newest
+	if !v.sts.DeletionTimestamp.IsZero() {
+		zs.waiting = fmt.Sprintf("StatefulSet %s is being deleted; it is created again once it is gone", v.sts.Name)
+		zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
+		return nil
+	}
+	if err := r.ensureReplicas(ctx, ests, v, desired); err != nil {
+		return err
+	}
+	key := debounceKey(ests, z)
+	switch {
+	case v.templateHash() != z.hash:
+		r.debounce.forget(key) // the template change carries the configuration too
+		switch {
+		case !g.upgrade:
+			zs.waiting, zs.waitReason = g.why, extendedv1alpha1.ReasonZoneUpgrade
+			zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
+		case len(zs.missing) > 0:
+			zs.waiting = "the template changed, but the updated pods would not start: " + fmt.Sprint(zs.missing) + " missing"
+		case v.phase() == extendedv1alpha1.PhaseDone && !v.stale() && !ests.Spec.UpdateStrategy.UpdateNotReady && !v.rolledOut():
+			// As for a versioned upgrade: only from a settled, Ready set (a change during an update
+			// starts it over at once).
+			zs.waiting = fmt.Sprintf("the template changed; version %d is not Ready, so the update waits (set spec.updateStrategy.updateNotReady to update anyway)", v.number)
+			zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
+		default:
+			return r.startInPlace(ctx, s, zs, v, v.number+1, "the template changed")
+		}
+	case s.wantCfg != "" && len(zs.missing) == 0 && !v.stale() && v.configHash() != s.wantCfg:
+		if r.holdForWindow(s, zs) {
+			break
+		}
+		if !g.roll {
+			holdConfig(zs, s.wantCfg)
+			break
+		}
+		wait, first := r.debounce.wait(key, s.wantCfg, s.now, quietPeriod(ests))
+		if wait > 0 {
+			zs.configPending = true
+			zs.requeueAfter = minPositive(zs.requeueAfter, wait)
+			break
+		}
+		r.debounce.forget(key)
+		configRestarts.WithLabelValues(ests.Namespace, ests.Name).Inc()
+		configDelay.Observe(s.now.Sub(first).Seconds())
+		zs.configRolled = true
+		return r.startInPlace(ctx, s, zs, v, v.number, "referenced ConfigMap/Secret data changed")
+	default:
+		r.debounce.forget(key)
+	}
+	if err := r.driveInPlace(ctx, ests, zs, v, desired, s.now); err != nil {
+		return err
+	}
+	return r.recreateStuckPod(ctx, ests, zs, v)
+}
+
+// startInPlace writes the spec's template (a template change, number above the running version) or
+// only the wanted config hash (a configuration change, same number) into the StatefulSet and sets its
+// partition to replicas - canaries: the canaries are its highest ordinals. Without canaries the
+// partition goes to 0 at once and the StatefulSet controller rolls every pod, each watched with
+// updateWatchTime. A stale mark, the retries and the watch start over.
+func (r *Reconciler) startInPlace(ctx context.Context, s *scope, zs *zoneScope, v *version, number int, why string) error {
+	ests, z, desired := s.ests, zs.zone, zs.zone.replicas
+	canaries := min(ptr.Deref(ests.Spec.UpdateStrategy.Canaries, 1), desired)
+	phase, part := extendedv1alpha1.PhaseCanary, desired-canaries
+	if canaries <= 0 {
+		phase, part = extendedv1alpha1.PhaseRollout, 0
+	}
+	served := v.servedNumber()
+	if v.phase() == extendedv1alpha1.PhaseDone && !v.stale() {
+		served = v.number // settled: every pod runs it
+	}
+	built := buildStatefulSet(ests, z, number, s.wantCfg, phase, desired, s.now)
+	if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+		if number != v.number {
+			// What a StatefulSet lets change; the rest (selector, serviceName, claim templates) is fixed
+			// at creation, and the API server's refusal of a change to it is reported (InvalidTemplate).
+			sts.Spec.Template = built.Spec.Template
+			sts.Spec.MinReadySeconds = built.Spec.MinReadySeconds
+			sts.Spec.RevisionHistoryLimit = built.Spec.RevisionHistoryLimit
+			sts.Spec.PersistentVolumeClaimRetentionPolicy = built.Spec.PersistentVolumeClaimRetentionPolicy
+			sts.Labels = built.Labels
+			sts.Annotations = mergeMaps(sts.Annotations, built.Annotations)
+		} else {
+			if sts.Spec.Template.Annotations == nil {
+				sts.Spec.Template.Annotations = map[string]string{}
+			}
+			sts.Spec.Template.Annotations[extendedv1alpha1.ConfigHashAnnotation] = s.wantCfg
+		}
+		setPartition(sts, part)
+		sts.Annotations[extendedv1alpha1.VersionAnnotation] = strconv.Itoa(number)
+		sts.Annotations[extendedv1alpha1.TemplateHashAnnotation] = z.hash
+		sts.Annotations[extendedv1alpha1.CurrentVersionAnnotation] = strconv.Itoa(served)
+		sts.Annotations[extendedv1alpha1.PhaseAnnotation] = phase
+		sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = s.now.UTC().Format(time.RFC3339Nano)
+		sts.Annotations[extendedv1alpha1.ProgressAnnotation] = "0"
+		sts.Annotations[extendedv1alpha1.CanaryRetriesAnnotation] = "0"
+		delete(sts.Annotations, extendedv1alpha1.StaleAnnotation)
+		delete(sts.Annotations, extendedv1alpha1.StaleReasonAnnotation)
+	}); err != nil {
+		return err
+	}
+	v.number = number
+	zs.requeueAfter = minPositive(zs.requeueAfter, watchTime(ests, phase))
+	ctrl.LoggerFrom(ctx).Info("updating in place", "statefulSet", v.sts.Name, "version", number, "partition", part, "why", why)
+	r.event(ests, v.sts, corev1.EventTypeNormal, extendedv1alpha1.EventInPlaceUpdate, "Upgrade",
+		"Version %d: %s; updating StatefulSet %s in place, ordinals %d and up first (partition %d)", number, why, v.sts.Name, part, part)
+	return nil
+}
+
+// driveInPlace moves an in-place update on: in phase Canary the partition is replicas - canaries, in
+// Rollout it goes down one pod at a time; each step waits until every pod at or above the partition
+// runs the update revision and is Ready, within the phase's watch time. A stale StatefulSet stays as
+// it is; a settled one keeps partition 0.
+func (r *Reconciler) driveInPlace(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
+	v *version, desired int32, now time.Time) error {
+	if v.stale() {
+		return nil // frozen: the ordinals below the partition keep serving the previous template
+	}
+	part := partition(v.sts)
+	phase := v.phase()
+	if phase != extendedv1alpha1.PhaseCanary && phase != extendedv1alpha1.PhaseRollout {
+		if part != 0 { // edited by hand: a settled set runs one template
+			return r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) { setPartition(sts, 0) })
+		}
+		return nil
+	}
+	if phase == extendedv1alpha1.PhaseCanary {
+		// Replicas may change during the canary phase: the canaries stay the highest ordinals.
+		if want := max(desired-min(ptr.Deref(ests.Spec.UpdateStrategy.Canaries, 1), desired), 0); part != want {
+			return r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) { setPartition(sts, want) })
+		}
+	}
+	updated, err := r.updatedFrom(ctx, v, part, desired)
+	if err != nil || updated < 0 {
+		return err
+	}
+	if updated < desired-min(part, desired) {
+		return r.watchInPlace(ctx, ests, zs, v, now, phase == extendedv1alpha1.PhaseCanary, updated, part)
+	}
+	if part == 0 {
+		if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+			sts.Annotations[extendedv1alpha1.PhaseAnnotation] = extendedv1alpha1.PhaseDone
+			sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = now.UTC().Format(time.RFC3339Nano)
+			sts.Annotations[extendedv1alpha1.CurrentVersionAnnotation] = strconv.Itoa(v.number)
+		}); err != nil {
+			return err
+		}
+		ctrl.LoggerFrom(ctx).Info("updated in place", "statefulSet", v.sts.Name, "version", v.number)
+		r.event(ests, v.sts, corev1.EventTypeNormal, extendedv1alpha1.EventRolledOut, "Upgrade",
+			"Version %d rolled out in place: all %d pods of StatefulSet %s updated and Ready", v.number, desired, v.sts.Name)
+		return nil
+	}
+	next := min(part, desired) - 1
+	msg := fmt.Sprintf("Version %d: pods from ordinal %d updated and Ready; updating ordinal %d (partition %d)", v.number, part, next, next)
+	if phase == extendedv1alpha1.PhaseCanary {
+		msg = fmt.Sprintf("Version %d: %d canaries updated and Ready; updating the remaining pods one at a time (partition %d)", v.number, updated, next)
+	}
+	if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+		setPartition(sts, next)
+		sts.Annotations[extendedv1alpha1.PhaseAnnotation] = extendedv1alpha1.PhaseRollout
+		sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = now.UTC().Format(time.RFC3339Nano)
+		sts.Annotations[extendedv1alpha1.ProgressAnnotation] = strconv.Itoa(int(updated))
+	}); err != nil {
+		return err
+	}
+	zs.requeueAfter = minPositive(zs.requeueAfter, watchTime(ests, extendedv1alpha1.PhaseRollout))
+	r.event(ests, v.sts, corev1.EventTypeNormal, extendedv1alpha1.ReasonRollout, "Upgrade", "%s", msg)
+	return nil
+}
+
+// updatedFrom counts the pods with an ordinal from part up to desired that run the StatefulSet's update
+// revision and are Ready (read live: pods are not cached). -1 while the StatefulSet controller has not
+// observed the latest spec, whose update revision is not known yet.
+func (r *Reconciler) updatedFrom(ctx context.Context, v *version, part, desired int32) (int32, error) {
+	st := v.sts.Status
+	if st.ObservedGeneration < v.sts.Generation || st.UpdateRevision == "" {
+		return -1, nil
+	}
+	pods, err := r.versionPods(ctx, v)
+	if err != nil {
+		return 0, err
+	}
+	n := int32(0)
+	for i := range pods {
+		p := &pods[i]
+		o := int32(podOrdinal(v.sts.Name, p.Name))
+		if o < part || o >= desired || !p.DeletionTimestamp.IsZero() || !ownedBy(p, v.sts) {
+			continue
+		}
+		if p.Labels[appsv1.ControllerRevisionHashLabelKey] == st.UpdateRevision && opsutil.PodReady(p) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func ownedBy(p *corev1.Pod, sts *appsv1.StatefulSet) bool {
+	for _, o := range p.OwnerReferences {
+		if o.Controller != nil && *o.Controller && o.UID == sts.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// watchInPlace enforces the watch of an in-place step, as checkWatch does for a version: each newly
+// updated and Ready pod restarts it; when it runs out the canaries that are not Ready are deleted (the
+// StatefulSet recreates them from the update revision) up to retryCount times, and then the StatefulSet
+// is marked stale with its partition where it is.
+func (r *Reconciler) watchInPlace(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
+	v *version, now time.Time, canary bool, updated, part int32) error {
+	limit := watchTime(ests, v.phase())
+	start := v.phaseStart()
+	if start.IsZero() || updated > v.intAnnotation(extendedv1alpha1.ProgressAnnotation) {
+		zs.requeueAfter = minPositive(zs.requeueAfter, limit)
+		return r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+			sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = now.UTC().Format(time.RFC3339Nano)
+			sts.Annotations[extendedv1alpha1.ProgressAnnotation] = strconv.Itoa(int(updated))
+		})
+	}
+	if left := start.Add(limit).Sub(now); left > 0 {
+		zs.requeueAfter = minPositive(zs.requeueAfter, left+10*time.Millisecond)
+		return nil
+	}
+	retries := v.intAnnotation(extendedv1alpha1.CanaryRetriesAnnotation)
+	if canary && retries < ests.Spec.UpdateStrategy.RetryCount {
+		if err := r.restartNotReadyFrom(ctx, v, part); err != nil {
+			return err
+		}
+		canaryRetries.WithLabelValues(ests.Namespace, ests.Name).Inc()
+		r.event(ests, v.sts, corev1.EventTypeWarning, extendedv1alpha1.EventCanaryRetry, "Restart",
+			"Version %d: canaries (ordinals %d and up) not Ready within %s; restarted them (retry %d of %d)",
+			v.number, part, limit, retries+1, ests.Spec.UpdateStrategy.RetryCount)
+		zs.requeueAfter = minPositive(zs.requeueAfter, limit)
+		return r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+			sts.Annotations[extendedv1alpha1.CanaryRetriesAnnotation] = strconv.Itoa(int(retries + 1))
+			sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = now.UTC().Format(time.RFC3339Nano)
+			sts.Annotations[extendedv1alpha1.ProgressAnnotation] = "0"
+		})
+	}
+	reason, what := extendedv1alpha1.ReasonCanaryFailed, "canaries"
+	if !canary {
+		reason, what = extendedv1alpha1.ReasonUpdateFailed, "pods"
+	}
+	msg := fmt.Sprintf("version %d: %s not updated and Ready within %s after %d retries; marked stale, partition frozen at %d: ordinals below it keep running version %d",
+		v.number, what, limit, retries, part, v.servedNumber())
+	if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+		sts.Annotations[extendedv1alpha1.StaleAnnotation] = "true"
+		sts.Annotations[extendedv1alpha1.StaleReasonAnnotation] = reason + ": " + msg
+	}); err != nil {
+		return err
+	}
+	staleVersions.WithLabelValues(ests.Namespace, ests.Name, reason).Inc()
+	ctrl.LoggerFrom(ctx).Info("marked an in-place update stale", "statefulSet", v.sts.Name, "version", v.number, "reason", reason)
+	r.event(ests, v.sts, corev1.EventTypeWarning, extendedv1alpha1.EventVersionStale, "MarkStale", "%s", msg)
+	return nil
+}
+
+// restartNotReadyFrom deletes the StatefulSet's pods at or above the partition that are not Ready.
+func (r *Reconciler) restartNotReadyFrom(ctx context.Context, v *version, part int32) error {
+	pods, err := r.versionPods(ctx, v)
+	if err != nil {
+		return err
+	}
+	for i := range pods {
+		p := &pods[i]
+		if int32(podOrdinal(v.sts.Name, p.Name)) < part || !ownedBy(p, v.sts) || !p.DeletionTimestamp.IsZero() || opsutil.PodReady(p) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("restarting canary %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
