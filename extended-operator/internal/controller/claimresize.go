@@ -121,8 +121,9 @@ func claimTemplateOf(estsName, claim string, templates map[string]resource.Quant
 	return best
 }
 
-// claimSuffix is what follows "<template>-<name>-" in a claim's name.
-var claimSuffix = regexp.MustCompile(`^(z[0-9]+-)?v[0-9]+-[0-9]+$`)
+// claimSuffix is what follows "<template>-<name>-" in a claim's name: [z<i>-]v<N>-<ordinal>, or
+// [z<i>-]<ordinal> for an in-place StatefulSet (inplace.go), whose name has no version.
+var claimSuffix = regexp.MustCompile(`^(z[0-9]+-)?(v[0-9]+-)?[0-9]+$`)
 
 // claimClass is the claim's StorageClass as the API server's resize admission reads it (the beta
 // annotation first).

@@ -24,6 +24,9 @@ func TestClaimTemplateOf(t *testing.T) {
 		"data-webx-v1-0":       "",        // another ExtendedStatefulSet
 		"cache-web-v1-0":       "",        // no such template
 		"data-web-v1-0-backup": "",
+		"data-web-2":           "data", // in place: no version in the StatefulSet's name
+		"logs-web-z2-0":        "logs",
+		"data-web-v-0":         "",
 	}
 	for claim, want := range tests {
 		assert.Equal(t, want, claimTemplateOf("web", claim, templates), claim)

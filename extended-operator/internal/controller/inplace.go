@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -113,7 +114,7 @@ func (r *Reconciler) reconcileZoneInPlace(ctx context.Context, s *scope, zs *zon
 			zs.waiting, zs.waitReason = g.why, extendedv1alpha1.ReasonZoneUpgrade
 			zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
 		case len(zs.missing) > 0:
-			zs.waiting = "the template changed, but the updated pods would not start: " + fmt.Sprint(zs.missing) + " missing"
+			zs.waiting = "the template changed, but the updated pods would not start: " + strings.Join(zs.missing, ", ") + " missing"
 		case v.phase() == extendedv1alpha1.PhaseDone && !v.stale() && !ests.Spec.UpdateStrategy.UpdateNotReady && !v.rolledOut():
 			// As for a versioned upgrade: only from a settled, Ready set (a change during an update
 			// starts it over at once).
