@@ -455,6 +455,18 @@ spec:
 			Want:   []string{"spec.updateStrategy.type", "spec.updateStrategy.type cannot be changed"},
 		},
 		badInput{
+			Case: "pod template label key beginning with a dash",
+			Doc: strings.Replace(extendedStatefulSet("ests-pod-label-key", "", ""), "          labels:\n            app: ests-pod-label-key\n",
+				"          labels:\n            app: ests-pod-label-key\n            -tier: web\n", 1),
+			Want: []string{"spec.template.spec.template.metadata.labels", "keys must be label keys"},
+		},
+		badInput{
+			Case: "pod template label value with a space",
+			Doc: strings.Replace(extendedStatefulSet("ests-pod-label-value", "", ""), "          labels:\n            app: ests-pod-label-value\n",
+				"          labels:\n            app: ests-pod-label-value\n            tier: 'web tier'\n", 1),
+			Want: []string{"spec.template.spec.template.metadata.labels", "values must be label values"},
+		},
+		badInput{
 			Case: "updateStrategy.type unknown",
 			Doc:  extendedStatefulSet("ests-type-unknown", "  updateStrategy: {type: BlueGreen}\n", ""),
 			Want: []string{"spec.updateStrategy.type", "Unsupported value"},

@@ -30,7 +30,7 @@ const maxStatefulSetName = 63 - 11
 //   - each version's StatefulSet (versions 1 and 999, in every zone) has a name its pods can carry, valid
 //     labels on itself, its selector and its pod template, a selector that parses, is not empty and
 //     selects its pod template (the apps API's rule), the versions' selectors do not select each other's
-//     pods, restartPolicy Always and a known podManagementPolicy;
+//     pods (in place: the versions are one StatefulSet, whose name has no version), restartPolicy Always and a known podManagementPolicy;
 //   - each upgrade Job has a name within a label value's 63 characters (batch's job-name label), valid
 //     labels and restartPolicy Never or OnFailure;
 //   - the watch times are positive.
@@ -75,12 +75,20 @@ func FuzzExtendedStatefulSetSpec(f *testing.F) {
 				if sel.Empty() || !sel.Matches(labels.Set(sts.Spec.Template.Labels)) {
 					fail("StatefulSet %s: selector %s does not select its pod template (labels %v)", sts.Name, sel, sts.Spec.Template.Labels)
 				}
-				for _, other := range selectors {
-					if other.Matches(labels.Set(sts.Spec.Template.Labels)) {
-						fail("StatefulSet %s: another version's selector %s selects its pods", sts.Name, other)
+				if inPlace(ests) {
+					// In place the versions are one StatefulSet (its selector selects every version's
+					// pods): its name must not depend on the version.
+					if sts.Name != statefulSetName(ests, z, 1) {
+						fail("in-place StatefulSet of version %d is named %s, not %s", n, sts.Name, statefulSetName(ests, z, 1))
 					}
+				} else {
+					for _, other := range selectors {
+						if other.Matches(labels.Set(sts.Spec.Template.Labels)) {
+							fail("StatefulSet %s: another version's selector %s selects its pods", sts.Name, other)
+						}
+					}
+					selectors = append(selectors, sel)
 				}
-				selectors = append(selectors, sel)
 				if p := sts.Spec.Template.Spec.RestartPolicy; p != "" && p != corev1.RestartPolicyAlways {
 					fail("StatefulSet %s: restartPolicy %s", sts.Name, p)
 				}

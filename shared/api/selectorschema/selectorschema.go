@@ -141,6 +141,29 @@ func Bound(sel *apiextensionsv1.JSONSchemaProps, path string) error {
 	return nil
 }
 
+// MaxLabels bounds a plain label map the operator copies onto pods (a pod template's labels), so that
+// its rules stay within the API server's CEL cost limit; far above the labels of any real pod.
+const MaxLabels = 64
+
+// BoundLabels bounds a plain label map (a map of strings at path, e.g. a pod template's labels) and
+// adds the rules that its keys are label keys and its values label values: the apps API refuses a
+// StatefulSet whose pod template carries any other, so the CRD refuses it at apply instead of the
+// operator reporting InvalidTemplate later.
+func BoundLabels(m *apiextensionsv1.JSONSchemaProps, path string) error {
+	if m.AdditionalProperties == nil || m.AdditionalProperties.Schema == nil {
+		return fmt.Errorf("%s: not a label map schema", path)
+	}
+	m.MaxProperties = ptr(int64(MaxLabels))
+	m.AdditionalProperties.Schema.MaxLength = ptr(int64(MaxValueLength))
+	m.XValidations = appendNew(m.XValidations,
+		apiextensionsv1.ValidationRule{Rule: "self.all(k, " + keyOK("k") + ")",
+			Message: path + " keys must be label keys: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"},
+		apiextensionsv1.ValidationRule{Rule: "self.all(k, self[k].matches('" + ValueRegex + "'))",
+			Message: path + " values must be label values: empty, or at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"},
+	)
+	return nil
+}
+
 // Edit calls edit on the schema at a dotted path (e.g. "spec.selector") below root and stores the
 // result (the schema's properties are held by value).
 func Edit(root *apiextensionsv1.JSONSchemaProps, path string, edit func(*apiextensionsv1.JSONSchemaProps) error) error {
@@ -165,7 +188,7 @@ func ptr[T any](v T) *T { return &v }
 // spec.selector; for StatefulCluster spec.selector, which the pods' labels (the template's plus the
 // selector's matchLabels, which the operator adds) must satisfy; for ExtendedStatefulSet
 // spec.template.spec.selector, which the pod template's labels must satisfy, as a StatefulSet
-// requires. Labels the operators set themselves are not checked. Other CRDs are left as they are.
+// requires, and the pod template's labels themselves (BoundLabels). Labels the operators set themselves are not checked. Other CRDs are left as they are.
 // Applying it twice changes nothing more.
 func Apply(crd *apiextensionsv1.CustomResourceDefinition) error {
 	type edit struct {
@@ -191,10 +214,13 @@ func Apply(crd *apiextensionsv1.CustomResourceDefinition) error {
 			"e.key in ['enge.me/statefulcluster', 'enge.me/identity', 'controller-revision-hash']", "spec.selector", ".selector"))}
 	case "ExtendedStatefulSet":
 		const skipK, skipE = "k.startsWith('fissile.cloudfoundry.org/')", "e.key.startsWith('fissile.cloudfoundry.org/')"
-		edits = []edit{bound("spec.template.spec.selector"), rules("spec.template",
-			SubsetRule("self.spec.selector", "self.spec.template.metadata.labels", skipK,
-				"spec.template.spec.selector", "spec.template.spec.template.metadata.labels", ".spec.selector"),
-			MatchRule("self.spec.selector", []string{"self.spec.template.metadata.labels"}, skipE, "spec.template.spec.selector", ".spec.selector"))}
+		const podLabels = "spec.template.spec.template.metadata.labels"
+		edits = []edit{bound("spec.template.spec.selector"),
+			edit{podLabels, func(s *apiextensionsv1.JSONSchemaProps) error { return BoundLabels(s, podLabels) }},
+			rules("spec.template",
+				SubsetRule("self.spec.selector", "self.spec.template.metadata.labels", skipK,
+					"spec.template.spec.selector", "spec.template.spec.template.metadata.labels", ".spec.selector"),
+				MatchRule("self.spec.selector", []string{"self.spec.template.metadata.labels"}, skipE, "spec.template.spec.selector", ".spec.selector"))}
 	}
 	for i := range crd.Spec.Versions {
 		v := &crd.Spec.Versions[i]
