@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -75,49 +74,6 @@ func TestNamingNeverReused(t *testing.T) {
 	scale.Spec.Replicas = 4
 	require.NoError(t, suite.Client.SubResource("scale").Update(t.Context(), f.get("x"), client.WithSubResourceBody(scale)))
 	f.waitPods("x", "x-0", "x-2", "x-4", "x-5")
-}
-
-// TestReservedIdentitiesNeverReused: once a pod was lost, identities are reserved ahead in status and
-// a replacement is created from them without a status write first; an operator that starts anew
-// skips what its predecessor reserved, even when the predecessor's write recording a replacement was
-// lost and that replacement is gone without a trace (no claims, no ledger entry). A StatefulCluster
-// that only scales keeps no reservation ahead (contiguous names across restarts).
-func TestReservedIdentitiesNeverReused(t *testing.T) {
-	f := newFixture(t)
-	stop := startOperator(t, nil)
-	f.statefulCluster("r", 2)
-	f.waitPods("r", "r-0", "r-1")
-	require.Eventually(t, func() bool {
-		st := f.get("r").Status
-		return st.NextIdentity == 2 && st.IdentitiesReservedUntil == 2
-	}, wait, tick, "the scale-up's reservation released")
-
-	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("r-0")))
-	f.waitPods("r", "r-1", "r-2")
-	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("r-1")))
-	f.waitPods("r", "r-2", "r-3")
-	require.Eventually(t, func() bool {
-		st := f.get("r").Status
-		return st.NextIdentity == 4 && st.IdentitiesReservedUntil == 4+spareIdentities
-	}, wait, tick, "identities reserved ahead after a loss")
-
-	// The operator dies as if its status write after creating r-3 was lost, and r-3 goes without a
-	// trace (no claims; the ledger entry would have been written by the dead operator).
-	stop()
-	sc := f.get("r")
-	sc.Status.NextIdentity = 3
-	require.NoError(t, suite.Client.Status().Update(t.Context(), sc))
-	require.NoError(t, suite.Client.Delete(t.Context(), f.pod("r-3")))
-	require.Eventually(t, func() bool { return f.pods("r")["r-3"] == nil }, wait, tick)
-	startOperator(t, nil)
-	skipTo := fmt.Sprintf("r-%d", 4+spareIdentities)
-	f.waitPods("r", "r-2", skipTo)
-	assert.EqualValues(t, 5+spareIdentities, f.get("r").Status.NextIdentity)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for name, n := range f.created {
-		assert.Equal(t, 1, n, "pod name %s created once", name)
-	}
 }
 
 // TestTemplateFidelity: template labels, annotations and volumes stay; a claim volume is added;

@@ -57,11 +57,10 @@ func claimNames(sc *clusterv1alpha1.StatefulCluster, identity string) []string {
 	return names
 }
 
-// highWater derives the next free ordinal: above the recorded marks (the next identity and the
-// identities reserved ahead, reservation.go) and above every identity that left a trace (a pod, even
-// terminating; a claim; a ledger entry; a retained claim).
+// highWater derives the next free ordinal: above the recorded mark and above every identity that left
+// a trace (a pod, even terminating; a claim; a ledger entry; a retained claim).
 func highWater(sc *clusterv1alpha1.StatefulCluster, names []string) int64 {
-	next := max(sc.Status.NextIdentity, sc.Status.IdentitiesReservedUntil)
+	next := sc.Status.NextIdentity
 	see := func(name string) {
 		if n, ok := ordinalOf(sc.Name, name); ok && n >= next {
 			next = n + 1
