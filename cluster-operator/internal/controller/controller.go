@@ -307,7 +307,6 @@ func (r *Reconciler) retire(ctx context.Context, s *scope) {
 		}
 		s.retiring++
 		m.retiredNow = true
-		s.keepSpare()
 		r.mem.pushLost(s.key, m.verdict.since)
 	}
 }

@@ -32,9 +32,6 @@ type memory struct {
 	// refused is, per StatefulCluster, the generation whose pod template the API server refused as
 	// invalid and its message: no identity is spent on it again until the spec changes.
 	refused map[types.NamespacedName]refusal
-	// pools are the identities reserved ahead per StatefulCluster (reservation.go). Lost with a
-	// restart, and then skipped: the next process starts above the reservation written in status.
-	pools map[types.NamespacedName]identityPool
 }
 
 // refusal is a generation whose pods the API server refuses, and why.
@@ -78,7 +75,6 @@ func newMemory() *memory {
 		gone:      map[types.NamespacedName][]gonePod{},
 		lostSince: map[types.NamespacedName][]time.Time{},
 		refused:   map[types.NamespacedName]refusal{},
-		pools:     map[types.NamespacedName]identityPool{},
 	}
 }
 
@@ -221,5 +217,4 @@ func (m *memory) forget(sc types.NamespacedName) {
 	delete(m.gone, sc)
 	delete(m.lostSince, sc)
 	delete(m.refused, sc)
-	delete(m.pools, sc)
 }

@@ -72,11 +72,8 @@ type scope struct {
 	// hookFailure is the failing call of a membership hook with failurePolicy Fail; hookStalled is set
 	// too when no pod can ever answer it (Stalled). Both guarded by hookMu.
 	hookFailure, hookStalled string
-	// reserveTook is how long the last reservation took (0 from identities reserved ahead), loadTook
-	// the reads of the reconcile (the replacement's log line).
-	reserveTook, loadTook time.Duration
-	// loaded: the pods and claims were read (the reservation is settled from their names).
-	loaded bool
+	// reserveTook is how long the last high-water mark's write took (the replacement's log line).
+	reserveTook time.Duration
 }
 
 // newScope starts the reconcile of sc.
@@ -101,8 +98,6 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (reconcile.R
 	if err := r.load(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
-	s.loaded = true
-	s.loadTook = r.Clock.Since(s.now)
 	r.judgePods(ctx, s)
 	r.recordGone(s)
 	if s.invalid != nil {
@@ -158,12 +153,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, result reconcile
 		// The object or a pod changed since it was read (or the cache lags our own write): decide again.
 		return reconcile.Result{Requeue: true}, nil
 	}
-	var pool identityPool
-	settled := false
-	if s.loaded {
-		_, traces := s.traces()
-		pool, settled = s.settleReservation(traces)
-	}
 	s.applyStatus(err)
 	if serr := s.patchStatus(ctx, false); serr != nil {
 		if apierrors.IsConflict(serr) {
@@ -171,9 +160,6 @@ func (r *Reconciler) writeStatus(ctx context.Context, s *scope, result reconcile
 		}
 		err = errors.Join(err, serr)
 	} else {
-		if settled {
-			r.mem.setPool(s.key, pool)
-		}
 		s.waitingEvents(s.before)
 	}
 	if err == nil && len(s.failures) > 0 {

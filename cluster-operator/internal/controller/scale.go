@@ -58,16 +58,22 @@ func (s *scope) scaleUp(ctx context.Context, live []*member, missing int) error 
 	if s.retiring > 0 {
 		s.progress = clusterv1alpha1.ReasonReplacing
 	}
-	known, traces := s.traces()
-	var names []string
-	if s.sc.Spec.IdentityFormat == clusterv1alpha1.RandomIdentityFormat {
-		names, _ = allocate(s.sc, missing, known, traces)
-	} else {
-		start, _ := s.ordinalStart(traces)
-		for i := range int64(missing) {
-			names = append(names, identityName(s.sc, start+i))
+	known := map[string]bool{}
+	var traces []string
+	for _, m := range s.pods {
+		known[m.name] = true
+		traces = append(traces, m.name)
+	}
+	for _, c := range s.claims {
+		if id := c.Labels[clusterv1alpha1.IdentityLabel]; id != "" {
+			known[id] = true
+			traces = append(traces, id)
 		}
 	}
+	for _, rec := range s.sc.Status.Identities {
+		known[rec.Name] = true
+	}
+	names, _ := allocate(s.sc, missing, known, traces)
 	updated := s.countUpdated()
 	revisions := make([]string, len(names))
 	for i := range names {
@@ -100,7 +106,7 @@ func (s *scope) createPods(ctx context.Context, names, revisions, zones []string
 	created := 0
 	for batch := 1; created < len(names); batch *= 2 {
 		n := min(batch, len(names)-created)
-		if err := s.reserve(ctx, names[created:created+n], names[len(names)-1]); err != nil {
+		if err := s.reserve(ctx, names[created:created+n]); err != nil {
 			return created, err
 		}
 		var wg sync.WaitGroup
@@ -129,70 +135,22 @@ func (s *scope) createPods(ctx context.Context, names, revisions, zones []string
 	return created, nil
 }
 
-// traces returns every name an identity left a trace under (pods, also terminating; claims), and as
-// known also the ledger's, so that a random name is never handed out twice either.
-func (s *scope) traces() (known map[string]bool, traces []string) {
-	known = map[string]bool{}
-	for _, m := range s.pods {
-		known[m.name] = true
-		traces = append(traces, m.name)
-	}
-	for _, c := range s.claims {
-		if id := c.Labels[clusterv1alpha1.IdentityLabel]; id != "" {
-			known[id] = true
-			traces = append(traces, id)
+// reserve writes the high-water mark past the names about to be used, under the resourceVersion
+// precondition, before any pod of them exists (write-ahead). If the cached object was stale the write
+// conflicts and the reconcile starts again, so names are only ever handed out from the latest mark.
+// Reserving per batch means a failing batch burns few ordinals.
+func (s *scope) reserve(ctx context.Context, names []string) error {
+	next := s.sc.Status.NextIdentity
+	for _, name := range names {
+		if n, ok := ordinalOf(s.sc.Name, name); ok && n >= next {
+			next = n + 1
 		}
 	}
-	for _, rec := range s.sc.Status.Identities {
-		known[rec.Name] = true
-	}
-	return known, traces
-}
-
-// reserve makes sure a mark above the names about to be used is written in status, under the
-// resourceVersion precondition, before any pod of them exists (write-ahead), and hands them out of
-// this process's reservation (reservation.go). Ordinals already reserved by this process need no
-// write; otherwise one write reserves through last (the scale-up's last name), plus the spare once
-// a pod was lost. If the cached object was stale the write conflicts and the reconcile starts again,
-// so names are only ever handed out from the latest mark. Random names are written per batch.
-func (s *scope) reserve(ctx context.Context, names []string, last string) error {
+	s.sc.Status.NextIdentity = next
 	start := s.r.Clock.Now()
 	defer func() { s.reserveTook = s.r.Clock.Since(start) }()
-	if s.sc.Spec.IdentityFormat == clusterv1alpha1.RandomIdentityFormat {
-		// A random name has no mark, but the write still proves the object (and its ledger) was current.
-		return s.writeReservation(ctx, true)
-	}
-	hi := s.sc.Status.NextIdentity
-	for _, name := range names {
-		if n, ok := ordinalOf(s.sc.Name, name); ok && n >= hi {
-			hi = n + 1
-		}
-	}
-	p := s.r.mem.pool(s.key)
-	if !p.valid(s.sc) || hi > p.end {
-		through, _ := ordinalOf(s.sc.Name, last)
-		through = max(through+1, hi)
-		if p.uid == s.sc.UID && p.spare {
-			through += spareIdentities
-		}
-		s.sc.Status.NextIdentity = hi
-		s.sc.Status.IdentitiesReservedUntil = max(s.sc.Status.IdentitiesReservedUntil, through)
-		if err := s.writeReservation(ctx, false); err != nil {
-			return err
-		}
-		p = identityPool{uid: s.sc.UID, next: p.floor(s.sc), end: s.sc.Status.IdentitiesReservedUntil, spare: p.uid == s.sc.UID && p.spare}
-	}
-	// Handed out from here on: a failed creation burns its ordinal; the names of later batches stay
-	// reserved and unused until their batch.
-	p.next = max(p.next, hi)
-	s.r.mem.setPool(s.key, p)
-	s.sc.Status.NextIdentity = hi // written with the reconcile's status
-	return nil
-}
-
-// writeReservation writes the status with its new mark under the resourceVersion precondition.
-func (s *scope) writeReservation(ctx context.Context, force bool) error {
-	if err := s.patchStatus(ctx, force); err != nil {
+	// A random name has no mark, but the write still proves the object (and its ledger) was current.
+	if err := s.patchStatus(ctx, s.sc.Spec.IdentityFormat == clusterv1alpha1.RandomIdentityFormat); err != nil {
 		if apierrors.IsConflict(err) {
 			return errConflict
 		}
@@ -235,12 +193,11 @@ func (s *scope) createPod(ctx context.Context, name, revision, zone string) erro
 	if since, ok := s.r.mem.popLost(s.key); ok {
 		took := s.r.Clock.Since(since)
 		replacementLatency.WithLabelValues(s.sc.Namespace, s.sc.Name).Observe(took.Seconds())
-		// Where a replacement's time went (issue 21): queued (the loss seen → this reconcile began), the
-		// reconcile's reads (load: revisions, the orphans' list, pods, nodes, claims), the identity's
-		// reservation (0 when reserved ahead, else the mark's write), the pod's creation; the rest is
-		// the reconcile's own decisions.
+		// Where a replacement's time went (issue 21: 4 × the StatefulSet's): queued (the loss seen →
+		// this reconcile began), the identity's reservation (the high-water mark's write), the pod's
+		// creation; the rest is the reconcile's own work before them.
 		ctrl.LoggerFrom(ctx).Info("Replaced a lost pod", "pod", name, "sinceLost", took.String(),
-			"queued", s.now.Sub(since).String(), "load", s.loadTook.String(), "reserve", s.reserveTook.String(),
+			"queued", s.now.Sub(since).String(), "reserve", s.reserveTook.String(),
 			"create", s.r.Clock.Since(createStart).String())
 	}
 	for _, ct := range s.sc.Spec.VolumeClaimTemplates {

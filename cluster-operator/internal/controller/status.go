@@ -49,7 +49,6 @@ func (r *Reconciler) recordGone(s *scope) {
 			s.record(m.name, m.pod, d.reason, d.message)
 			continue
 		}
-		s.keepSpare() // lost: more replacements may follow
 		reason, message := clusterv1alpha1.RetiredDeleted, "pod deleted by someone else"
 		if node := s.nodes[m.pod.Spec.NodeName]; m.pod.Spec.NodeName != "" {
 			if lost, _, _, msg := nodeLost(s.sc, node, s.now); lost {
@@ -64,8 +63,6 @@ func (r *Reconciler) recordGone(s *scope) {
 		reason, message := clusterv1alpha1.RetiredDeleted, "pod deleted by someone else"
 		if g.reason != "" {
 			reason, message = g.reason, g.message
-		} else {
-			s.keepSpare()
 		}
 		s.record(g.name, pod, reason, message)
 	}

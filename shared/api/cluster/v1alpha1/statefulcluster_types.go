@@ -496,15 +496,6 @@ type StatefulClusterStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	NextIdentity int64 `json:"nextIdentity,omitempty"`
 
-	// identitiesReservedUntil, when above nextIdentity, reserves the identities from nextIdentity up to
-	// (not including) it for the running operator: once a pod was lost, it keeps a few reserved ahead
-	// so that a replacement's pod needs no status write before its creation, and a scale-up reserves
-	// its identities in one write. An operator that starts (a restart, a new leader) never hands out
-	// an identity below it: what its predecessor left unused is skipped, never reused.
-	// +optional
-	// +kubebuilder:validation:Minimum=0
-	IdentitiesReservedUntil int64 `json:"identitiesReservedUntil,omitempty"`
-
 	// identities is the ledger of recently retired identities, newest first, capped at
 	// spec.identityHistoryLimit: which pod, when, why, and its claims.
 	// +optional
