@@ -4,7 +4,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -18,6 +17,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -116,11 +117,11 @@ func TestDemoteBeforePromoteUnderInjectedFailures(t *testing.T) {
 	var failDemote, failLease atomic.Bool
 	injected := errors.New("injected API error")
 	startOperator(t, &interceptor.Funcs{
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if _, ok := obj.(*corev1.Pod); ok && failDemote.Load() && patchSets(obj, patch, leasev1.RoleReader) {
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if _, role, ok := appliedPod(obj); ok && failDemote.Load() && role == leasev1.RoleReader {
 				return injected
 			}
-			return c.Patch(ctx, obj, patch, opts...)
+			return c.Apply(ctx, obj, opts...)
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			if _, ok := obj.(*coordinationv1.Lease); ok && failLease.Load() {
@@ -172,11 +173,11 @@ func TestRestartMidFailoverCompletesFromTheLease(t *testing.T) {
 	f.createPods(3)
 	var failPromote atomic.Bool
 	op := startOperator(t, &interceptor.Funcs{
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if _, ok := obj.(*corev1.Pod); ok && failPromote.Load() && patchSets(obj, patch, leasev1.RoleWriter) {
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if _, role, ok := appliedPod(obj); ok && failPromote.Load() && role == leasev1.RoleWriter {
 				return injected()
 			}
-			return c.Patch(ctx, obj, patch, opts...)
+			return c.Apply(ctx, obj, opts...)
 		},
 	})
 	f.createLock("lock", 30)
@@ -198,18 +199,14 @@ func TestRestartMidFailoverCompletesFromTheLease(t *testing.T) {
 
 func injected() error { return errors.New("injected API error") }
 
-// patchSets reports whether the patch sets the pod's role label to role.
-func patchSets(obj client.Object, patch client.Patch, role string) bool {
-	data, err := patch.Data(obj)
-	if err != nil {
-		return false
+// appliedPod returns the name of the pod an apply of the operator writes and the role label it
+// applies ("" for none); ok is false for an apply of anything but a pod.
+func appliedPod(obj runtime.ApplyConfiguration) (name, role string, ok bool) {
+	ac, ok := obj.(*corev1ac.PodApplyConfiguration)
+	if !ok {
+		return "", "", false
 	}
-	var p struct {
-		Metadata struct {
-			Labels map[string]*string `json:"labels"`
-		} `json:"metadata"`
-	}
-	return json.Unmarshal(data, &p) == nil && ptr.Deref(p.Metadata.Labels[leasev1.RoleLabel], "") == role
+	return ptr.Deref(ac.Name, ""), ac.Labels[leasev1.RoleLabel], true
 }
 
 // failoverDelaySeconds: a not-Ready blip shorter than the delay causes no transition; a longer one
@@ -405,6 +402,12 @@ func TestQuietAtRest(t *testing.T) {
 		}
 	}
 	startOperator(t, &interceptor.Funcs{
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if ac, ok := obj.(*corev1ac.PodApplyConfiguration); ok {
+				count(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ptr.Deref(ac.Namespace, "")}})
+			}
+			return c.Apply(ctx, obj, opts...)
+		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			count(obj)
 			return c.Patch(ctx, obj, patch, opts...)

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -198,11 +199,11 @@ func TestDeletedLockCleanupIsRetriedUntilNoneIsLeft(t *testing.T) {
 	f.createPods(3)
 	var failDB1 atomic.Bool
 	startOperator(t, &interceptor.Funcs{
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if _, ok := obj.(*corev1.Pod); ok && obj.GetName() == "db-1" && failDB1.Load() {
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if name, _, ok := appliedPod(obj); ok && name == "db-1" && failDB1.Load() {
 				return injected()
 			}
-			return c.Patch(ctx, obj, patch, opts...)
+			return c.Apply(ctx, obj, opts...)
 		},
 	})
 	f.createLock("lock", 10)

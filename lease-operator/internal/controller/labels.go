@@ -11,9 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
@@ -57,7 +59,8 @@ func hasRole(pod *corev1.Pod, want role) bool {
 		has(pod.Labels, leasev1.WriterLeaseKeyLabel, leaseKey(want.lease)) && has(pod.Annotations, leasev1.WriterEpochAnnotation, want.epoch) && has(pod.Annotations, leasev1.WriterLeaseAnnotation, want.lease)
 }
 
-// patch is the merge patch that sets the role's keys on a pod and removes those it has no value for.
+// patch is the merge patch that sets the role's keys on a pod and removes those it has no value for
+// (writeRole's fallback when another manager still owns a key the apply dropped).
 func (want role) patch() map[string]any {
 	value := func(v string) any {
 		if v == "" {
@@ -141,25 +144,24 @@ func (r *Reconciler) demote(ctx context.Context, lock *leasev1.StatefulSetLock, 
 	return demoted, nil
 }
 
-// forceRole gives the pod the role with a patch that does not depend on the cached copy. A pod that
-// does not exist needs no demotion.
+// forceRole gives the pod the role whatever the cached copy says: it reads the pod from the API
+// server and applies under that resourceVersion, reading again when the pod changed in between
+// (conflict-retry with backoff). A pod that does not exist needs no demotion.
 func (r *Reconciler) forceRole(ctx context.Context, namespace, name string, want role) error {
-	patch, err := json.Marshal(want.patch())
-	if err != nil {
-		return err
-	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		pod := &corev1.Pod{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+			return err
 		}
-		return err
+		return r.writeRole(ctx, pod, want)
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
 	}
-	r.writes.Wrote(pod)
-	return nil
+	return err
 }
 
-// promote labels the writer pod `writer` with its fencing epoch. The patch carries the
+// promote labels the writer pod `writer` with its fencing epoch. The write carries the
 // resourceVersion the election saw, so a pod that changed since (became not Ready, was deleted and
 // recreated) is not promoted: the conflict makes the next reconcile decide again.
 func (r *Reconciler) promote(ctx context.Context, pod *corev1.Pod, writer role) (bool, error) {
@@ -172,22 +174,87 @@ func (r *Reconciler) promote(ctx context.Context, pod *corev1.Pod, writer role) 
 	return true, nil
 }
 
-// setRole patches the pod's role keys (the zero role removes them all). With optimistic locking the
-// patch carries the resourceVersion of the copy given: a pod that changed since is not written (a
-// conflict). Without, a pod that no longer exists counts as done.
+// setRole writes the pod's role keys (the zero role removes them all). With optimistic locking the
+// write carries the resourceVersion of the copy given: a pod that changed since is not written (a
+// conflict). Without, a pod that changed since is read again (forceRole), and a pod that no longer
+// exists counts as done.
 func (r *Reconciler) setRole(ctx context.Context, pod *corev1.Pod, want role, optimistic bool) error {
-	if optimistic {
-		want := want.patch()
-		want["metadata"].(map[string]any)["resourceVersion"] = pod.ResourceVersion
-		patch, err := json.Marshal(want)
+	err := r.writeRole(ctx, pod, want)
+	if optimistic || err == nil {
+		return err
+	}
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if !apierrors.IsConflict(err) {
+		return err
+	}
+	return r.forceRole(ctx, pod.Namespace, pod.Name, want)
+}
+
+// applyConfig is the role as a server-side apply configuration: exactly the keys the role has a value
+// for, under the pod's resourceVersion. The field manager statefulsetlock owns these keys and nothing
+// else: a key it no longer applies is removed, and someone else's apply of the rest of the pod (a
+// GitOps tool, kubectl apply --server-side) neither conflicts with them nor removes them.
+func (want role) applyConfig(pod *corev1.Pod) *corev1ac.PodApplyConfiguration {
+	ac := corev1ac.Pod(pod.Name, pod.Namespace).WithResourceVersion(pod.ResourceVersion)
+	labels, annotations := map[string]string{}, map[string]string{}
+	set := func(m map[string]string, key, value string) {
+		if value != "" {
+			m[key] = value
+		}
+	}
+	set(labels, leasev1.RoleLabel, want.name)
+	set(labels, leasev1.LockLabel, want.lock)
+	set(labels, leasev1.WriterLeaseKeyLabel, leaseKey(want.lease))
+	set(annotations, leasev1.WriterEpochAnnotation, want.epoch)
+	set(annotations, leasev1.WriterLeaseAnnotation, want.lease)
+	if len(labels) > 0 {
+		ac.WithLabels(labels)
+	}
+	if len(annotations) > 0 {
+		ac.WithAnnotations(annotations)
+	}
+	return ac
+}
+
+// writeRole server-side applies the role's keys on the pod under the field manager statefulsetlock,
+// with the pod's resourceVersion as the precondition (a pod that changed since is a conflict; a pod
+// that is gone is NotFound). On success pod holds what the API server returned.
+//
+// The apply forces ownership of these keys, and of these only: they are the fencing truth Services
+// select on and must be the operator's alone, and an earlier write of them by another manager (an
+// older version of this operator wrote them with merge patches; a pod template may carry sts-role)
+// would otherwise be a conflict that stops every failover. For the same reason a key the role has
+// no value for that another manager still owns after the apply (the apply only removes what
+// statefulsetlock alone owned) is removed with a merge patch under the resourceVersion the apply
+// returned, so a reader never keeps a writer's epoch.
+func (r *Reconciler) writeRole(ctx context.Context, pod *corev1.Pod, want role) error {
+	ac := want.applyConfig(pod)
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(leasev1.FieldManager), client.ForceOwnership); err != nil {
+		// An apply to a pod that is gone is an attempt to create it, which the API server refuses
+		// (the role keys alone are no valid pod, and the operator may not create pods) with an
+		// error that does not say the pod is gone: ask.
+		if !apierrors.IsConflict(err) {
+			if getErr := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}); apierrors.IsNotFound(getErr) {
+				return getErr
+			}
+		}
+		return err
+	}
+	pod.Labels, pod.Annotations = ac.Labels, ac.Annotations
+	pod.UID, pod.ResourceVersion = ptr.Deref(ac.UID, pod.UID), ptr.Deref(ac.ResourceVersion, pod.ResourceVersion)
+	if !hasRole(pod, want) {
+		patch := want.patch()
+		patch["metadata"].(map[string]any)["resourceVersion"] = pod.ResourceVersion
+		raw, err := json.Marshal(patch)
 		if err != nil {
 			return err
 		}
-		if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, raw), client.FieldOwner(leasev1.FieldManager)); err != nil {
 			return err
 		}
-		r.writes.Wrote(pod)
-		return nil
 	}
-	return r.forceRole(ctx, pod.Namespace, pod.Name, want)
+	r.writes.Wrote(pod)
+	return nil
 }

@@ -79,4 +79,12 @@ func TestLeaseKeyLabel(t *testing.T) {
 	labels = readerRole(lock).patch()["metadata"].(map[string]any)["labels"].(map[string]any)
 	assert.Nil(t, labels[leasev1.WriterLeaseKeyLabel], "the reader role removes the key")
 	assert.Contains(t, labels, leasev1.WriterLeaseKeyLabel)
+
+	ac := writerRole(lock, "3").applyConfig(pod)
+	assert.Equal(t, map[string]string{leasev1.RoleLabel: leasev1.RoleWriter, leasev1.LockLabel: "db", leasev1.WriterLeaseKeyLabel: "db-lease"}, ac.Labels)
+	assert.Equal(t, map[string]string{leasev1.WriterEpochAnnotation: "3", leasev1.WriterLeaseAnnotation: "db-lease"}, ac.Annotations)
+	ac = readerRole(lock).applyConfig(pod)
+	assert.Equal(t, map[string]string{leasev1.RoleLabel: leasev1.RoleReader, leasev1.LockLabel: "db"}, ac.Labels, "the reader applies no lease key: dropping it removes it")
+	assert.Empty(t, ac.Annotations, "the reader applies no epoch: dropping it removes it")
+	assert.Empty(t, role{}.applyConfig(pod).Labels, "the zero role applies no key")
 }

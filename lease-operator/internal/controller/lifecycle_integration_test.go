@@ -56,11 +56,11 @@ func TestConflictAndErrorStatesHaveEvents(t *testing.T) {
 	f.createPods(2)
 	var failPods atomic.Bool
 	startOperator(t, &interceptor.Funcs{
-		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			if _, ok := obj.(*corev1.Pod); ok && failPods.Load() {
+		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+			if _, _, ok := appliedPod(obj); ok && failPods.Load() {
 				return injected()
 			}
-			return c.Patch(ctx, obj, patch, opts...)
+			return c.Apply(ctx, obj, opts...)
 		},
 	})
 	f.createLock("first", 2)

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -201,6 +202,13 @@ func TestShippedPermissionsLetTheOperatorWriteOnlyItsLeases(t *testing.T) {
 			return patchPod(c, `{"metadata":{"labels":{"sts-role":"writer","app.anukkrit.me/statefulsetlock":"db","app.anukkrit.me/writer-lease-key":"db-lease"},"annotations":{"app.anukkrit.me/writer-epoch":"3","app.anukkrit.me/writer-lease":"db-lease"}}}`)
 		},
 	}
+	// The role writes as the operator makes them: server-side applies under its field manager, forced,
+	// with the pod's resourceVersion as the precondition.
+	applyPod := func(c client.Client, ac *corev1ac.PodApplyConfiguration) error {
+		return c.Apply(ctx, ac, client.FieldOwner(leasev1.FieldManager), client.ForceOwnership, client.DryRunAll)
+	}
+	allowed["apply a pod's writer role"] = func(c client.Client) error { return applyPod(c, writerRole(lock, "3").applyConfig(pod)) }
+	allowed["apply a pod's reader role"] = func(c client.Client) error { return applyPod(c, readerRole(lock).applyConfig(pod)) }
 	for name, write := range allowed {
 		assert.NoError(t, write(as), "the operator must be able to %s", name)
 	}
@@ -258,6 +266,12 @@ func TestShippedPermissionsLetTheOperatorWriteOnlyItsLeases(t *testing.T) {
 			`{"metadata":{"labels":{%q:"db","kubernetes.io/service-name":"db-rw","endpointslice.kubernetes.io/managed-by":%q},"ownerReferences":[{"apiVersion":"app.anukkrit.me/v1","kind":"StatefulSetLock","name":"db","uid":%q,"controller":true}]}}`,
 			leasev1.LockLabel, endpointSliceManagedBy, lock.UID)),
 		"delete another app's EndpointSlice": func(c client.Client) error { return c.Delete(ctx, otherSlice.DeepCopy(), client.DryRunAll) },
+	}
+	escalations["apply another label of a pod"] = func(c client.Client) error {
+		return applyPod(c, corev1ac.Pod(pod.Name, ns).WithLabels(map[string]string{"app": "evil"}))
+	}
+	escalations["create a pod by applying it"] = func(c client.Client) error {
+		return applyPod(c, corev1ac.Pod("db-9", ns).WithSpec(corev1ac.PodSpec().WithContainers(corev1ac.Container().WithName("db").WithImage("evil.example/miner:1"))))
 	}
 	refused := 0
 	for name, write := range escalations {

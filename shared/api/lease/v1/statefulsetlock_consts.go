@@ -87,6 +87,9 @@ const (
 	// operator lists the pods labelled writer for one Lease instead of every writer of the namespace;
 	// WriterLeaseAnnotation stays the exact record.
 	WriterLeaseKeyLabel = "app.anukkrit.me/writer-lease-key"
+	// FieldManager is the server-side-apply field manager that owns these role labels and annotations
+	// on pods, so a GitOps tool can tell them from its own fields (docs/gitops.md).
+	FieldManager = "statefulsetlock"
 	// Finalizer is the original operator's finalizer, which an older version of this operator set too;
 	// the operator now removes it on sight (a lock needs none: see the controller package).
 	Finalizer = "statefulsetlock.app.anukkrit.me/finalizer"
