@@ -66,7 +66,11 @@ func (r *Reconciler) handBack(ctx context.Context, owner types.NamespacedName, n
 		}
 		sts.Spec.UpdateStrategy.RollingUpdate.Partition = ptr.To(partition)
 	}
-	if err := r.Client.Patch(ctx, sts, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+	// A merge patch, not an apply: the hand-back must remove the annotation and set the partition
+	// whoever else owns them (an apply only drops what phasedrollout alone owns), under the
+	// resourceVersion the decision was taken on. Under the field manager's name all the same, so a
+	// GitOps tool told to ignore phasedrollout's fields (docs/gitops.md) sees no drift in it.
+	if err := r.Client.Patch(ctx, sts, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}), client.FieldOwner(rolloutv1alpha1.FieldManager)); err != nil {
 		return fmt.Errorf("handing StatefulSet %s back from PhasedRollout %s: %w", name, owner.Name, err)
 	}
 	log.FromContext(ctx).Info("handed a StatefulSet back from a PhasedRollout that no longer exists", "statefulSet", name, "partition", partition, "midRollout", midRollout)
