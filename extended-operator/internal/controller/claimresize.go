@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -65,18 +66,41 @@ func claimRequests(ests *extendedv1alpha1.ExtendedStatefulSet) map[string]resour
 	return out
 }
 
-// storageOnly reports whether version v is the spec's template but for the storage requests of its
-// claim templates: with each of them put back to what v's StatefulSet has, the template hashes to v's.
-func storageOnly(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, v *version) bool {
-	if len(ests.Spec.Template.Spec.VolumeClaimTemplates) == 0 || v.templateHash() == z.hash {
-		return false
+// claimStorage is the ClaimStorageAnnotation value of claim storage requests.
+func claimStorage(requests map[string]resource.Quantity) string {
+	raw, err := json.Marshal(requests) // map keys are sorted: the encoding is deterministic
+	if err != nil {
+		panic(err) // a map of quantities always marshals
 	}
+	return string(raw)
+}
+
+// hashedStorage is the storage requests of the claim templates version v's template hash was computed
+// with: its ClaimStorageAnnotation, or, on a StatefulSet made before the annotation, its own claim
+// templates (right until its first storage-only change).
+func hashedStorage(v *version) map[string]resource.Quantity {
 	had := map[string]resource.Quantity{}
+	if a, ok := v.sts.Annotations[extendedv1alpha1.ClaimStorageAnnotation]; ok && json.Unmarshal([]byte(a), &had) == nil {
+		return had
+	}
+	had = map[string]resource.Quantity{}
 	for _, t := range v.sts.Spec.VolumeClaimTemplates {
 		if q, ok := t.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
 			had[t.Name] = q
 		}
 	}
+	return had
+}
+
+// storageOnly reports whether version v is the spec's template but for the storage requests of its
+// claim templates: with each of them put back to what v's template hash was computed with
+// (hashedStorage; not the StatefulSet's claim templates, which neither a storage-only change nor an
+// in-place template change updates), the template hashes to v's.
+func storageOnly(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, v *version) bool {
+	if len(ests.Spec.Template.Spec.VolumeClaimTemplates) == 0 || v.templateHash() == z.hash {
+		return false
+	}
+	had := hashedStorage(v)
 	tmpl := ests.Spec.Template.DeepCopy()
 	for i := range tmpl.Spec.VolumeClaimTemplates {
 		t := &tmpl.Spec.VolumeClaimTemplates[i]
@@ -90,8 +114,8 @@ func storageOnly(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, v *version)
 }
 
 // restampStorageOnly gives every version of the zone that differs from the spec's template only in
-// claim storage requests the template's hash, so that a storage change makes no new version (and no
-// retry of a stale one): its claims are resized instead (reconcileClaims).
+// claim storage requests the template's hash (and its storage requests), so that a storage change makes
+// no new version (and no retry of a stale one): its claims are resized instead (reconcileClaims).
 func (r *Reconciler) restampStorageOnly(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope) error {
 	for _, v := range zs.versions {
 		if !v.sts.DeletionTimestamp.IsZero() || !storageOnly(ests, zs.zone, v) {
@@ -99,6 +123,7 @@ func (r *Reconciler) restampStorageOnly(ctx context.Context, ests *extendedv1alp
 		}
 		if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
 			sts.Annotations[extendedv1alpha1.TemplateHashAnnotation] = zs.zone.hash
+			sts.Annotations[extendedv1alpha1.ClaimStorageAnnotation] = claimStorage(claimRequests(ests))
 		}); err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -302,4 +303,55 @@ func conditionOf(ests *extendedv1alpha1.ExtendedStatefulSet, t string) metav1.Co
 		}
 	}
 	return metav1.Condition{}
+}
+
+// A storage-only change after an in-place template change that also grew storage is no template change:
+// the StatefulSet's claim templates keep their creation size (in place never rewrites them), so the
+// check compares with the storage the template hash was computed with. No roll: the version stays, the
+// partition stays 0, every pod is the one that was there.
+func TestInPlaceStorageOnlyAfterTemplateChangeDoesNotRoll(t *testing.T) {
+	startOperator(t, nil)
+	f := newFixture(t)
+	ests := f.inPlaceESTS(2, "app:1")
+	ests.Spec.Template.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}
+	f.settleInPlace(ests)
+
+	f.update(func(e *extendedv1alpha1.ExtendedStatefulSet) {
+		e.Spec.Template.Spec.Template.Spec.Containers[0].Image = "app:2"
+		e.Spec.Template.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
+	})
+	f.waitPartition(1, extendedv1alpha1.PhaseCanary)
+	f.replacePod(1, "r2", true)
+	f.ipStatus("r1", "r2", 2, 1)
+	f.waitPartition(0, extendedv1alpha1.PhaseRollout)
+	f.replacePod(0, "r2", true)
+	f.ipStatus("r2", "r2", 2, 2)
+	sts := f.waitPartition(0, extendedv1alpha1.PhaseDone)
+	require.Equal(t, "2", sts.Annotations[extendedv1alpha1.VersionAnnotation])
+	q := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]
+	require.Equal(t, "1Gi", q.String(), "in place, the StatefulSet's claim templates keep their creation form")
+	f.waitCondition(extendedv1alpha1.ConditionReady, metav1.ConditionTrue, extendedv1alpha1.ReasonReconciled)
+	pods := map[string]string{}
+	for _, name := range []string{f.name + "-0", f.name + "-1"} {
+		pod := &corev1.Pod{}
+		require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
+		pods[name] = string(pod.UID)
+	}
+
+	f.setClaimStorage("3Gi")
+	want := templateHash(f.get())
+	sts = f.waitIP(func(c *assert.CollectT, sts *appsv1.StatefulSet) {
+		assert.Equal(c, want, sts.Annotations[extendedv1alpha1.TemplateHashAnnotation], "the StatefulSet carries the new template's hash")
+	}, "template hash moved")
+	assert.Equal(t, "2", sts.Annotations[extendedv1alpha1.VersionAnnotation], "a storage change makes no new version")
+	assert.Equal(t, extendedv1alpha1.PhaseDone, sts.Annotations[extendedv1alpha1.PhaseAnnotation], "no update started")
+	assert.Equal(t, int32(0), partition(sts))
+	for name, uid := range pods {
+		pod := &corev1.Pod{}
+		require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: name}, pod))
+		assert.Equal(t, uid, string(pod.UID), "pod %s is the one that was there", name)
+		assert.True(t, pod.DeletionTimestamp.IsZero(), "pod %s not deleted", name)
+	}
 }

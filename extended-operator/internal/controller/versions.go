@@ -185,6 +185,7 @@ func buildStatefulSet(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number
 				extendedv1alpha1.PhaseStartAnnotation:    now.UTC().Format(time.RFC3339Nano),
 				extendedv1alpha1.ProgressAnnotation:      "0",
 				extendedv1alpha1.CanaryRetriesAnnotation: "0",
+				extendedv1alpha1.ClaimStorageAnnotation:  claimStorage(claimRequests(ests)),
 			}),
 		},
 		Spec: *spec,

@@ -38,6 +38,11 @@ const (
 	// CurrentVersionAnnotation, on the StatefulSet of spec.updateStrategy.type InPlace, is the version
 	// whose template the pods below the partition run: the last version fully rolled out.
 	CurrentVersionAnnotation = "fissile.cloudfoundry.org/current-version"
+	// ClaimStorageAnnotation is the storage requests of the claim templates TemplateHashAnnotation was
+	// computed with (JSON, template name to quantity). A StatefulSet's own claim templates keep their
+	// creation form, so after a storage-only change (or an in-place template change) they are not what
+	// the hash covers: this is, and a later storage-only change is recognized against it.
+	ClaimStorageAnnotation = "fissile.cloudfoundry.org/claim-storage"
 	// UpgradeJobLabel is the kind of an upgrade Job ("pre" or "post"), on the Job and its pods.
 	UpgradeJobLabel = "fissile.cloudfoundry.org/upgrade-job"
 )
