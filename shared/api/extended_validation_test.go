@@ -467,6 +467,25 @@ spec:
 			Want: []string{"spec.template.spec.template.metadata.labels", "values must be label values"},
 		},
 		badInput{
+			Case: "updateStrategy.type InPlace: template selector changed", Input: "matchLabels: {app: x} → matchLabels: {app: x, tier: db}",
+			Before: extendedStatefulSet("ests-inplace-selector", "  updateStrategy: {type: InPlace}\n", ""),
+			Doc: strings.Replace(withSelector(extendedStatefulSet("ests-inplace-selector", "  updateStrategy: {type: InPlace}\n", ""), "ests-inplace-selector",
+				"        matchLabels: {app: ests-inplace-selector, tier: db}\n"), "            app: ests-inplace-selector\n", "            app: ests-inplace-selector\n            tier: db\n", 1),
+			Want: []string{"spec.template.spec.selector", "spec.template.spec.selector cannot be changed"},
+		},
+		badInput{
+			Case: "updateStrategy.type InPlace: template serviceName changed", Input: "serviceName: a → serviceName: b",
+			Before: extendedStatefulSet("ests-inplace-service", "  updateStrategy: {type: InPlace}\n", "      serviceName: a\n"),
+			Doc:    extendedStatefulSet("ests-inplace-service", "  updateStrategy: {type: InPlace}\n", "      serviceName: b\n"),
+			Want:   []string{"spec.template.spec.serviceName", "spec.template.spec.serviceName cannot be changed"},
+		},
+		badInput{
+			Case: "updateStrategy.type InPlace: template podManagementPolicy changed", Input: "podManagementPolicy unset → Parallel",
+			Before: extendedStatefulSet("ests-inplace-pmp", "  updateStrategy: {type: InPlace}\n", ""),
+			Doc:    extendedStatefulSet("ests-inplace-pmp", "  updateStrategy: {type: InPlace}\n", "      podManagementPolicy: Parallel\n"),
+			Want:   []string{"spec.template.spec.podManagementPolicy", "spec.template.spec.podManagementPolicy cannot be changed"},
+		},
+		badInput{
 			Case: "updateStrategy.type unknown",
 			Doc:  extendedStatefulSet("ests-type-unknown", "  updateStrategy: {type: BlueGreen}\n", ""),
 			Want: []string{"spec.updateStrategy.type", "Unsupported value"},
@@ -609,6 +628,47 @@ func TestExtendedStatefulSetUpdateStrategyTypeOnUpdate(t *testing.T) {
 				return
 			}
 			require.Error(t, err, "the API server accepted a change of spec.updateStrategy.type")
+			require.True(t, apierrors.IsInvalid(err), "want an Invalid error, got: %v", err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// TestExtendedStatefulSetInPlaceFixedFieldsOnUpdate checks that with type InPlace a change of the
+// StatefulSet fields fixed at creation (serviceName, podManagementPolicy; selector in the bad-input
+// rows) is refused, the API's default written out is no change, and other fields still change.
+func TestExtendedStatefulSetInPlaceFixedFieldsOnUpdate(t *testing.T) {
+	i := 0
+	ip := "  updateStrategy: {type: InPlace}\n"
+	// In place, the fields the StatefulSet fixes at creation: unset and the API's default are the same.
+	inPlaceFixed := map[string]struct {
+		before, after string
+		want          string
+	}{
+		"InPlace serviceName changed":                 {before: "      serviceName: a\n", after: "      serviceName: b\n", want: "spec.template.spec.serviceName cannot be changed"},
+		"InPlace serviceName set":                     {before: "", after: "      serviceName: b\n", want: "spec.template.spec.serviceName cannot be changed"},
+		"InPlace podManagementPolicy to Parallel":     {before: "", after: "      podManagementPolicy: Parallel\n", want: "spec.template.spec.podManagementPolicy cannot be changed"},
+		"InPlace podManagementPolicy OrderedReady":    {before: "", after: "      podManagementPolicy: OrderedReady\n"},
+		"InPlace serviceName kept, minReadySeconds 5": {before: "      serviceName: a\n", after: "      serviceName: a\n      minReadySeconds: 5\n"},
+		"Versioned serviceName changed":               {before: "      serviceName: a\n", after: "      serviceName: b\n"},
+	}
+	for name, tc := range inPlaceFixed {
+		i++
+		t.Run(name, func(t *testing.T) {
+			strategy := ip
+			if strings.HasPrefix(name, "Versioned") {
+				strategy = ""
+			}
+			obj := mustApply(t, extendedStatefulSet(fmt.Sprintf("ests-fixed-%d", i), strategy, tc.before))
+			after := decode(t, extendedStatefulSet(obj.GetName(), strategy, tc.after))
+			cur := readBack(t, obj)
+			cur.Object["spec"] = after.Object["spec"]
+			err := k8sClient.Update(t.Context(), cur)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err, "the API server accepted a change the in-place StatefulSet cannot take")
 			require.True(t, apierrors.IsInvalid(err), "want an Invalid error, got: %v", err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
