@@ -467,6 +467,11 @@ spec:
 			Want: []string{"spec.template.spec.template.metadata.labels", "values must be label values"},
 		},
 		badInput{
+			Case: "updateStrategy.type unknown",
+			Doc:  extendedStatefulSet("ests-type-unknown", "  updateStrategy: {type: BlueGreen}\n", ""),
+			Want: []string{"spec.updateStrategy.type", "Unsupported value"},
+		},
+		badInput{
 			Case: "updateStrategy.type InPlace: template selector changed", Input: "matchLabels: {app: x} → matchLabels: {app: x, tier: db}",
 			Before: extendedStatefulSet("ests-inplace-selector", "  updateStrategy: {type: InPlace}\n", ""),
 			Doc: strings.Replace(withSelector(extendedStatefulSet("ests-inplace-selector", "  updateStrategy: {type: InPlace}\n", ""), "ests-inplace-selector",
@@ -484,11 +489,6 @@ spec:
 			Before: extendedStatefulSet("ests-inplace-pmp", "  updateStrategy: {type: InPlace}\n", ""),
 			Doc:    extendedStatefulSet("ests-inplace-pmp", "  updateStrategy: {type: InPlace}\n", "      podManagementPolicy: Parallel\n"),
 			Want:   []string{"spec.template.spec.podManagementPolicy", "spec.template.spec.podManagementPolicy cannot be changed"},
-		},
-		badInput{
-			Case: "updateStrategy.type unknown",
-			Doc:  extendedStatefulSet("ests-type-unknown", "  updateStrategy: {type: BlueGreen}\n", ""),
-			Want: []string{"spec.updateStrategy.type", "Unsupported value"},
 		},
 	)
 }
