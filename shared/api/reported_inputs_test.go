@@ -322,6 +322,14 @@ var extendedReported = []reportedInput{
 		Tests:     []string{extendedPkg + "TestKstatusInvalidStatefulSet"},
 	},
 	{
+		Case:      "updateStrategy.type InPlace: a template change of what the StatefulSet fixes at creation (a claim template other than its storage request; selector, serviceName or podManagementPolicy of an object stored before the CRD refused that)",
+		Condition: "Stalled=True/ImmutableInPlace, Ready=False/ImmutableInPlace (names the fields; nothing of the change is applied until it is reverted)",
+		Event:     "Warning ImmutableInPlace",
+		Kstatus:   "Failed",
+		Reason:    "ReasonImmutableInPlace",
+		Tests:     []string{extendedPkg + "TestInPlaceImmutableFieldIsStalled"},
+	},
+	{
 		Case:      "new version whose canary never gets Ready (retryCount used up)",
 		Condition: "Stalled=True/CanaryFailed, Stale=True (the previous version keeps serving)",
 		Event:     "Warning CanaryFailed",

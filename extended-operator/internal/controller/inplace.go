@@ -1,8 +1,13 @@
 package controller
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -110,6 +115,11 @@ func (r *Reconciler) reconcileZoneInPlace(ctx context.Context, s *scope, zs *zon
 	case v.templateHash() != z.hash:
 		r.debounce.forget(key) // the template change carries the configuration too
 		switch {
+		case len(changedFixedFields(ests, v)) > 0:
+			// Never applied in part: the StatefulSet keeps what it has until the user decides.
+			zs.waiting, zs.waitReason = fmt.Sprintf("the template changes %s, which StatefulSet %s fixes at creation (only a claim template's storage request can grow); "+
+				"nothing is applied until it is reverted, or create a new ExtendedStatefulSet with spec.updateStrategy.type Versioned to make that change",
+				strings.Join(changedFixedFields(ests, v), ", "), v.sts.Name), extendedv1alpha1.ReasonImmutableInPlace
 		case !g.upgrade:
 			zs.waiting, zs.waitReason = g.why, extendedv1alpha1.ReasonZoneUpgrade
 			zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
@@ -151,6 +161,67 @@ func (r *Reconciler) reconcileZoneInPlace(ctx context.Context, s *scope, zs *zon
 	return r.recreateStuckPod(ctx, ests, zs, v)
 }
 
+// fixedFields hashes, field by field, what the StatefulSet API fixes at creation as spec has it (the
+// spec.template.spec... path of each): selector, serviceName, podManagementPolicy (unset is its default,
+// OrderedReady) and each claim template without its storage request, which grows the claims instead.
+func fixedFields(spec *appsv1.StatefulSetSpec) map[string]string {
+	const path = "spec.template.spec."
+	out := map[string]string{
+		path + "selector":            hashJSON(spec.Selector),
+		path + "serviceName":         hashJSON(spec.ServiceName),
+		path + "podManagementPolicy": hashJSON(cmp.Or(spec.PodManagementPolicy, appsv1.OrderedReadyPodManagement)),
+	}
+	for i := range spec.VolumeClaimTemplates {
+		t := spec.VolumeClaimTemplates[i].DeepCopy()
+		delete(t.Spec.Resources.Requests, corev1.ResourceStorage)
+		out[path+"volumeClaimTemplates["+t.Name+"]"] = hashJSON(t)
+	}
+	return out
+}
+
+// fixedFieldsAnnotation is the FixedFieldsAnnotation value of the spec's template.
+func fixedFieldsAnnotation(ests *extendedv1alpha1.ExtendedStatefulSet) string {
+	raw, err := json.Marshal(fixedFields(&ests.Spec.Template.Spec))
+	if err != nil {
+		panic(err) // a map of strings always marshals
+	}
+	return string(raw)
+}
+
+// changedFixedFields names the fields the spec's template changes that the in-place StatefulSet of v
+// fixed at its creation, sorted; none for a StatefulSet made before FixedFieldsAnnotation (what it was
+// made from is not known: its next template change records it).
+func changedFixedFields(ests *extendedv1alpha1.ExtendedStatefulSet, v *version) []string {
+	var had map[string]string
+	if json.Unmarshal([]byte(v.annotation(extendedv1alpha1.FixedFieldsAnnotation)), &had) != nil {
+		return nil
+	}
+	want := fixedFields(&ests.Spec.Template.Spec)
+	var out []string
+	for f, h := range want {
+		if had[f] != h {
+			out = append(out, f) // changed, or a claim template added
+		}
+	}
+	for f := range had {
+		if _, ok := want[f]; !ok {
+			out = append(out, f) // a claim template removed
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// hashJSON hashes the JSON encoding of an API value (deterministic: map keys are sorted).
+func hashJSON(v any) string {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // an API value always marshals
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:8])
+}
+
 // startInPlace writes the spec's template (a template change, number above the running version) or
 // only the wanted config hash (a configuration change, same number) into the StatefulSet and sets its
 // partition to replicas - canaries: the canaries are its highest ordinals. Without canaries the
@@ -170,8 +241,9 @@ func (r *Reconciler) startInPlace(ctx context.Context, s *scope, zs *zoneScope, 
 	built := buildStatefulSet(ests, z, number, s.wantCfg, phase, desired, s.now)
 	if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
 		if number != v.number {
-			// What a StatefulSet lets change; the rest (selector, serviceName, claim templates) is fixed
-			// at creation, and the API server's refusal of a change to it is reported (InvalidTemplate).
+			// What a StatefulSet lets change; the rest (selector, serviceName, podManagementPolicy, claim
+			// templates) is fixed at creation: a change of it never gets here (refused at apply, or
+			// ImmutableInPlace), and claim storage grows the claims (claimresize.go).
 			sts.Spec.Template = built.Spec.Template
 			sts.Spec.MinReadySeconds = built.Spec.MinReadySeconds
 			sts.Spec.RevisionHistoryLimit = built.Spec.RevisionHistoryLimit

@@ -355,3 +355,43 @@ func TestInPlaceStorageOnlyAfterTemplateChangeDoesNotRoll(t *testing.T) {
 		assert.True(t, pod.DeletionTimestamp.IsZero(), "pod %s not deleted", name)
 	}
 }
+
+// A template change the in-place StatefulSet cannot take (here a claim template's access modes, with an
+// image change) is reported at once and applies nothing, not even the image: Stalled and Ready=False
+// with ImmutableInPlace naming the field and the way out, a Warning Event; the StatefulSet keeps
+// version 1. Reverting the claim template lets the image change go in place.
+func TestInPlaceImmutableFieldIsStalled(t *testing.T) {
+	startOperator(t, nil)
+	f := newFixture(t)
+	ests := f.inPlaceESTS(2, "app:1")
+	ests.Spec.Template.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}
+	f.settleInPlace(ests)
+	before := f.ipSTS()
+
+	f.update(func(e *extendedv1alpha1.ExtendedStatefulSet) {
+		e.Spec.Template.Spec.Template.Spec.Containers[0].Image = "app:2"
+		e.Spec.Template.Spec.VolumeClaimTemplates[0].Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOncePod}
+	})
+	f.waitCondition(extendedv1alpha1.ConditionStalled, metav1.ConditionTrue, extendedv1alpha1.ReasonImmutableInPlace)
+	f.waitCondition(extendedv1alpha1.ConditionReady, metav1.ConditionFalse, extendedv1alpha1.ReasonImmutableInPlace)
+	msg := f.condition(extendedv1alpha1.ConditionStalled).Message
+	assert.Contains(t, msg, "spec.template.spec.volumeClaimTemplates[data]")
+	assert.Contains(t, msg, "spec.updateStrategy.type Versioned")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NotEmpty(c, testsupport.Events(t, suite.Client, f.ns, "ExtendedStatefulSet", f.name, extendedv1alpha1.ReasonImmutableInPlace))
+	}, wait, tick, "a Warning Event")
+	sts := f.ipSTS()
+	assert.Equal(t, before.Generation, sts.Generation, "the StatefulSet's spec is untouched")
+	assert.Equal(t, "app:1", sts.Spec.Template.Spec.Containers[0].Image)
+	assert.Equal(t, "1", sts.Annotations[extendedv1alpha1.VersionAnnotation])
+	assert.Equal(t, int32(0), partition(sts))
+
+	f.update(func(e *extendedv1alpha1.ExtendedStatefulSet) {
+		e.Spec.Template.Spec.VolumeClaimTemplates[0].Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	})
+	sts = f.waitPartition(1, extendedv1alpha1.PhaseCanary)
+	assert.Equal(t, "app:2", sts.Spec.Template.Spec.Containers[0].Image)
+	f.waitCondition(extendedv1alpha1.ConditionStalled, metav1.ConditionFalse, extendedv1alpha1.ReasonReconciled)
+}

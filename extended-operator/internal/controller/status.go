@@ -70,16 +70,18 @@ func (r *Reconciler) applyStatus(s *scope) {
 // applyKstatus sets the kstatus conditions from the Ready condition just decided, so that the three
 // cannot disagree: Stalled while only a change by the user lets the operator go on (the newest version is
 // stale, a referenced ConfigMap or Secret is missing and nothing else is under way, the API server
-// refuses a StatefulSet or Job built from the spec), else Reconciling while Ready is False (the operator
-// is working towards it or retrying an API error). Both are always present, with the Ready reason and
-// message when True. Every condition, also one this reconcile left as it was (Progressing after an
-// error, ZonesAvailable without a node count), was confirmed by a reconcile that observed this
-// generation, so each carries it: after a spec change none claims an older one, as kstatus expects.
+// refuses a StatefulSet or Job built from the spec, an in-place StatefulSet cannot take the template),
+// else Reconciling while Ready is False (the operator is working towards it or retrying an API error).
+// Both are always present, with the Ready reason and message when True. Every condition, also one this
+// reconcile left as it was (Progressing after an error, ZonesAvailable without a node count), was
+// confirmed by a reconcile that observed this generation, so each carries it: after a spec change none
+// claims an older one, as kstatus expects.
 func applyKstatus(ests *extendedv1alpha1.ExtendedStatefulSet, stale bool, set func(string, bool, string, string)) {
 	ready := meta.FindStatusCondition(ests.Status.Conditions, extendedv1alpha1.ConditionReady)
 	waiting := ready.Status == metav1.ConditionFalse
 	stalled := waiting && (stale || ready.Reason == extendedv1alpha1.ReasonReferenceNotFound ||
-		ready.Reason == extendedv1alpha1.ReasonInvalidTemplate || ready.Reason == extendedv1alpha1.ReasonInvalidRestartWindow)
+		ready.Reason == extendedv1alpha1.ReasonInvalidTemplate || ready.Reason == extendedv1alpha1.ReasonInvalidRestartWindow ||
+		ready.Reason == extendedv1alpha1.ReasonImmutableInPlace)
 	if stalled {
 		set(extendedv1alpha1.ConditionStalled, true, ready.Reason, ready.Message)
 	} else {

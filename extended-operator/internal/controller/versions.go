@@ -193,6 +193,7 @@ func buildStatefulSet(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number
 	if inPlace(ests) {
 		setPartition(sts, 0)
 		sts.Annotations[extendedv1alpha1.CurrentVersionAnnotation] = v
+		sts.Annotations[extendedv1alpha1.FixedFieldsAnnotation] = fixedFieldsAnnotation(ests)
 	}
 	applyZone(sts, z)
 	return sts

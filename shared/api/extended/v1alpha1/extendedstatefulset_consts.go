@@ -98,6 +98,11 @@ const (
 	// ends below its start, a date that never comes, an unknown time zone); configuration restarts wait
 	// until it is fixed. Stalled says so.
 	ReasonInvalidRestartWindow = "InvalidRestartWindow"
+	// ReasonImmutableInPlace: with spec.updateStrategy.type InPlace the template changed a field the
+	// StatefulSet fixes at creation (a claim template other than its storage request; selector,
+	// serviceName or podManagementPolicy of an object stored before the CRD refused that). Nothing is
+	// applied until it is reverted; a new ExtendedStatefulSet with type Versioned can take it. Stalled says so.
+	ReasonImmutableInPlace = "ImmutableInPlace"
 	// ReasonResizeInProgress: claims were asked to grow to their template's storage request and their
 	// volumes are not that large yet (the resize controller, or the node's file system resize, works on
 	// them).

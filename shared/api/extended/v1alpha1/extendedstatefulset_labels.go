@@ -43,6 +43,11 @@ const (
 	// creation form, so after a storage-only change (or an in-place template change) they are not what
 	// the hash covers: this is, and a later storage-only change is recognized against it.
 	ClaimStorageAnnotation = "fissile.cloudfoundry.org/claim-storage"
+	// FixedFieldsAnnotation, on the StatefulSet of spec.updateStrategy.type InPlace, hashes field by field
+	// (JSON, field to hash) what the StatefulSet API fixes at creation, as the spec had it: selector,
+	// serviceName, podManagementPolicy and each claim template without its storage request. A template
+	// change that changes one of them cannot be applied in place and is reported (ImmutableInPlace).
+	FixedFieldsAnnotation = "fissile.cloudfoundry.org/fixed-fields"
 	// UpgradeJobLabel is the kind of an upgrade Job ("pre" or "post"), on the Job and its pods.
 	UpgradeJobLabel = "fissile.cloudfoundry.org/upgrade-job"
 )
