@@ -228,6 +228,28 @@ func TestClaimResize(t *testing.T) {
 		"version 1 stands for the grown template")
 }
 
+// TestClaimResizeTwice grows the storage request twice: the second storage-only change is recognized
+// against the storage version 1's template hash was computed with (the claim-storage annotation), not
+// its StatefulSet's claim templates, which stay at 1Gi: still no new version, no pod replaced.
+func TestClaimResizeTwice(t *testing.T) {
+	startOperator(t, nil)
+	f := newFixture(t)
+	pods := f.withClaimsOf(f.storageClass("expandable", true))
+	stsUID := f.sts(1).UID
+	pd := watchPodDeletions(t, f.ns)
+	for _, size := range []string{"2Gi", "3Gi"} {
+		f.setClaimStorage(size)
+		want := templateHash(f.get())
+		f.waitSTS(1, func(c *assert.CollectT, sts *appsv1.StatefulSet) {
+			assert.Equal(c, want, sts.Annotations[extendedv1alpha1.TemplateHashAnnotation], "version 1 stands for the %s template", size)
+		}, "version 1 restamped for "+size)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Equal(c, size, f.request("data-web-v1-0"))
+		}, wait, tick, "claims asked to grow to %s", size)
+	}
+	f.assertUntouched(stsUID, pods, pd)
+}
+
 // TestClaimResizeExpansionNotAllowed grows the claim template's storage request while the claims'
 // StorageClass does not allow volume expansion: the claims are left as they are, ClaimsResized=False
 // (ExpansionNotAllowed) names the class, a Warning Event says so, and the pods keep running with Ready
