@@ -61,7 +61,9 @@ func TestChangedFixedFields(t *testing.T) {
 	assert.Empty(t, changed(func(s *appsv1.StatefulSetSpec) {}))
 	assert.Empty(t, changed(func(s *appsv1.StatefulSetSpec) { s.VolumeClaimTemplates[0] = claim("data", "5Gi") }), "storage grows the claims")
 	assert.Empty(t, changed(func(s *appsv1.StatefulSetSpec) { s.PodManagementPolicy = appsv1.OrderedReadyPodManagement }), "the default written out")
-	assert.Empty(t, changed(func(s *appsv1.StatefulSetSpec) { s.Template.Spec.Containers = []corev1.Container{{Name: "app", Image: "app:2"}} }))
+	assert.Empty(t, changed(func(s *appsv1.StatefulSetSpec) {
+		s.Template.Spec.Containers = []corev1.Container{{Name: "app", Image: "app:2"}}
+	}))
 	assert.Equal(t, []string{"spec.template.spec.volumeClaimTemplates[data]"}, changed(func(s *appsv1.StatefulSetSpec) {
 		s.VolumeClaimTemplates[0].Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}
 	}))
