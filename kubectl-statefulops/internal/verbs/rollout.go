@@ -147,7 +147,8 @@ func (e *env) rollout(ctx context.Context, name string, w waitFlags, a rolloutAc
 	if err != nil {
 		return err
 	}
-	gen := pr.Generation // the patch's response: the generation of the edit
+	gen := pr.Generation      // the patch's response: the generation of the edit
+	promoted := pr.DeepCopy() // the patch's response: the step a promote is for (the operator acts after it)
 	out := e.streams.Out
 	if !w.wait {
 		printf(out, "%s/%s: %s requested (not waiting for the operator)\n", rolloutKind, name, a.name)
@@ -171,8 +172,14 @@ func (e *env) rollout(ctx context.Context, name string, w waitFlags, a rolloutAc
 	case "resume":
 		printf(out, "%s/%s resumed after %s: %s, partition of statefulset/%s at %s\n", rolloutKind, name, elapsed, describeRollout(pr), target, partition)
 	case "promote":
-		printf(out, "%s/%s promoted after %s: the step at partition %d passed, partition of statefulset/%s now %s, %s\n",
-			rolloutKind, name, elapsed, pr.Status.Promotion.Partition, target, partition, describeRollout(pr))
+		passed := "the step"
+		if rec := pr.Status.Promotion; rec != nil {
+			passed = fmt.Sprintf("the step at partition %d", rec.Partition)
+		} else if stepFrom, ok := stepPartition(promoted); ok {
+			passed = fmt.Sprintf("the step at partition %d", stepFrom)
+		}
+		printf(out, "%s/%s promoted after %s: %s passed, partition of statefulset/%s now %s, %s\n",
+			rolloutKind, name, elapsed, passed, target, partition, describeRollout(pr))
 	case "abort":
 		printf(out, "%s/%s aborted after %s: partition of statefulset/%s kept at %s, pods already rolled stay on the new revision\n", rolloutKind, name, elapsed, target, partition)
 		printf(out, "to go back: kubectl rollout undo statefulset/%s, then kubectl statefulops rollout resume %s\n", target, name)
@@ -223,12 +230,21 @@ var promoteAction = rolloutAction{name: "promote", plan: func(pr *rolloutv1alpha
 	if !slices.Contains(underWay, pr.Status.Phase) {
 		return nil, nil, fmt.Errorf("%s/%s has no rollout under way (phase %s): nothing to promote", rolloutKind, pr.Name, phaseOf(pr))
 	}
+	from, stepping := stepPartition(pr)
 	return map[string]any{"metadata": map[string]any{"annotations": map[string]any{rolloutv1alpha1.PromoteAnnotation: value}}},
 		func(pr *rolloutv1alpha1.PhasedRollout, _ int64) bool {
-			// The operator records the promotion (its value) before it moves the partition, and removes
-			// the annotation after: both seen means the step was passed.
-			_, pending := pr.Annotations[rolloutv1alpha1.PromoteAnnotation]
-			return !pending && pr.Status.Promotion != nil && pr.Status.Promotion.Value == value
+			// The operator records the promotion (its value) before it moves the partition, removes the
+			// annotation after, and drops the record in its next status write: a poll can miss the moment
+			// both show. Once the annotation is gone, the record of this value or the step's partition
+			// moved below the promoted step's (or the rollout over) says the step was passed.
+			if _, pending := pr.Annotations[rolloutv1alpha1.PromoteAnnotation]; pending {
+				return false
+			}
+			if rec := pr.Status.Promotion; rec != nil && rec.Value == value {
+				return true
+			}
+			now, ok := stepPartition(pr)
+			return pr.Status.Phase == rolloutv1alpha1.PhaseUpdated || (stepping && ok && now < from)
 		}, nil
 }}
 
@@ -291,4 +307,12 @@ func (e *env) partition(ctx context.Context, c client.Client, pr *rolloutv1alpha
 		return target, fmt.Sprint(*ru.Partition)
 	}
 	return target, "0"
+}
+
+// stepPartition is the partition of the step under way, from the status (false when no step is).
+func stepPartition(pr *rolloutv1alpha1.PhasedRollout) (int32, bool) {
+	if st := pr.Status.RollingPodStatus; st != nil && st.Partition != nil {
+		return *st.Partition, true
+	}
+	return 0, false
 }

@@ -240,6 +240,35 @@ func TestRolloutPromote(t *testing.T) {
 	wantLines(t, out, "phasedrollout/web promoted after", "the step at partition 2 passed, partition of statefulset/web now 1")
 }
 
+// TestRolloutPromoteSeenOnlyAfterward: the operator records the promotion, moves the partition,
+// removes the annotation and drops the record, all between two polls of the command (it polls; a
+// loaded machine makes that likely): the step's partition having moved still confirms the promote.
+func TestRolloutPromoteSeenOnlyAfterward(t *testing.T) {
+	c := newFake(nil, phasedRollout(rolloutv1alpha1.PhaseRolling, false, nil), statefulSet(2))
+	operator(t, func(ctx context.Context) bool {
+		pr := &rolloutv1alpha1.PhasedRollout{}
+		if c.Get(ctx, key("web"), pr) != nil || pr.Annotations[rolloutv1alpha1.PromoteAnnotation] == "" {
+			return false
+		}
+		if c.Patch(ctx, statefulSet(1), client.RawPatch(types.MergePatchType, []byte(`{"spec":{"updateStrategy":{"rollingUpdate":{"partition":1}}}}`))) != nil {
+			return false
+		}
+		// The status the command reads next: the next step, no promotion record (already dropped).
+		pr.Status.Promotion = nil
+		pr.Status.RollingPodStatus = &rolloutv1alpha1.RollingPodStatus{Status: rolloutv1alpha1.StepWaitForInitialDelay, Pod: "web-1", Partition: ptr.To[int32](1)}
+		if c.Status().Update(ctx, pr) != nil {
+			return false
+		}
+		delete(pr.Annotations, rolloutv1alpha1.PromoteAnnotation)
+		return c.Update(ctx, pr) == nil
+	})
+	out, _, err := run(t, c, "", "rollout", "promote", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLines(t, out, "phasedrollout/web promoted after", "the step at partition 2 passed, partition of statefulset/web now 1")
+}
+
 // TestRolloutPromoteOfSomeoneElse: a promotion recorded with another value (a promote set by
 // someone else earlier) is not taken for this one.
 func TestRolloutPromoteOfSomeoneElse(t *testing.T) {
