@@ -22,6 +22,7 @@ import (
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 // Summary is what `status -o json|yaml` prints: one entry per object, in the order of the text view.
@@ -334,15 +335,6 @@ func conditionsOf(obj client.Object) []metav1.Condition {
 	return nil
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // singletonView reads the active pod, the handover and the last gap from the status, and the held
 // pods (which the status does not list) from the pods the selector matches.
 func singletonView(s *singletonv1.StatefulSingleton, pods []corev1.Pod) (*Singleton, error) {
@@ -368,7 +360,7 @@ func singletonView(s *singletonv1.StatefulSingleton, pods []corev1.Pod) (*Single
 		if sel.Empty() || !sel.Matches(labels.Set(p.Labels)) {
 			continue
 		}
-		sp := SingletonPod{Name: p.Name, HoldMode: p.Annotations[singletonv1.AnnotationHoldMode], Node: p.Spec.NodeName, Ready: podReady(p)}
+		sp := SingletonPod{Name: p.Name, HoldMode: p.Annotations[singletonv1.AnnotationHoldMode], Node: p.Spec.NodeName, Ready: opsutil.PodReady(p)}
 		_, granted := p.Annotations[singletonv1.AnnotationStartGranted]
 		_, stamped := p.Annotations[singletonv1.AnnotationEpoch]
 		switch {
@@ -529,7 +521,7 @@ func clusterView(c *clusterv1alpha1.StatefulCluster, pods []corev1.Pod) (*Cluste
 		if !sel.Matches(labels.Set(p.Labels)) {
 			continue
 		}
-		id := Identity{Name: p.Name, Node: p.Spec.NodeName, Ready: podReady(p), Terminating: p.DeletionTimestamp != nil}
+		id := Identity{Name: p.Name, Node: p.Spec.NodeName, Ready: opsutil.PodReady(p), Terminating: p.DeletionTimestamp != nil}
 		for _, vol := range p.Spec.Volumes {
 			if vol.PersistentVolumeClaim != nil {
 				id.Claims = append(id.Claims, vol.PersistentVolumeClaim.ClaimName)
@@ -601,7 +593,7 @@ func extendedView(e *extendedv1alpha1.ExtendedStatefulSet, pods []corev1.Pod, se
 			continue
 		}
 		ver.Pods++
-		if podReady(p) {
+		if opsutil.PodReady(p) {
 			ver.Ready++
 		}
 		if ver.Phase == extendedv1alpha1.PhaseCanary {

@@ -7,10 +7,12 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	leasev1 "github.com/statefulops/statefulops/shared/api/lease/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 const lockKind = "statefulsetlock"
@@ -93,7 +95,7 @@ func (e *env) switchover(ctx context.Context, name, to string, w waitFlags) erro
 		if _, pending := lock.Annotations[leasev1.SwitchoverAnnotation]; pending {
 			seen += ", annotation " + leasev1.SwitchoverAnnotation + " still set"
 		}
-		if r := condition(lock.Status.Conditions, leasev1.ConditionReconciling); r != nil && r.Reason == leasev1.ReasonSwitchoverPending {
+		if r := meta.FindStatusCondition(lock.Status.Conditions, leasev1.ConditionReconciling); r != nil && r.Reason == leasev1.ReasonSwitchoverPending {
 			seen += ", " + r.Message
 		}
 		return lock.Status.WriterPod == to && lock.Status.WriterPodUID == string(pod.UID), seen, nil
@@ -116,7 +118,7 @@ func switchoverTarget(ctx context.Context, c client.Client, lock *leasev1.Statef
 	if pod.DeletionTimestamp != nil {
 		return errors.New("it is terminating")
 	}
-	if !podReady(pod) {
+	if !opsutil.PodReady(pod) {
 		return errors.New("it is not Ready")
 	}
 	node := &corev1.Node{}
@@ -126,35 +128,8 @@ func switchoverTarget(ctx context.Context, c client.Client, lock *leasev1.Statef
 	if err := c.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node); err != nil {
 		return fmt.Errorf("reading its node %s: %w", pod.Spec.NodeName, err)
 	}
-	if !nodeReady(node) {
+	if !opsutil.NodeReady(node) {
 		return fmt.Errorf("its node %s is not Ready", node.Name)
-	}
-	return nil
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func nodeReady(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func condition(conds []metav1.Condition, typ string) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == typ {
-			return &conds[i]
-		}
 	}
 	return nil
 }

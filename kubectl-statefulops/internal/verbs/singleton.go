@@ -11,10 +11,12 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
 const singletonKind = "statefulsingleton"
@@ -68,7 +70,7 @@ type fenceTarget struct {
 
 // findFence names the NotReady node the singleton waits on, or says why it waits on none.
 func findFence(ctx context.Context, c client.Client, ss *singletonv1.StatefulSingleton) (*fenceTarget, error) {
-	if f := condition(ss.Status.Conditions, singletonv1.ConditionFencingRequired); f != nil && f.Status == metav1.ConditionTrue {
+	if f := meta.FindStatusCondition(ss.Status.Conditions, singletonv1.ConditionFencingRequired); f != nil && f.Status == metav1.ConditionTrue {
 		// A Wrapper pod released on its predecessor's exit is already the recorded active pod; the
 		// predecessor that vanished, and its node, are in its start-on-exit annotation.
 		if ss.Status.ActivePod != "" {
@@ -130,7 +132,7 @@ func (e *env) fenceRelease(ctx context.Context, name string, yes bool, w waitFla
 	} else if err != nil {
 		return fmt.Errorf("reading node %s: %w", fence.node, err)
 	}
-	if nodeReady(node) {
+	if opsutil.NodeReady(node) {
 		return fmt.Errorf("node %s is Ready: its kubelet confirms the stop of pod %s by itself; refusing to taint a running node", node.Name, orNone(fence.pod))
 	}
 	for _, t := range node.Spec.Taints {
@@ -158,7 +160,7 @@ func (e *env) fenceRelease(ctx context.Context, name string, yes bool, w waitFla
 	start := e.now()
 	err = patchFresh(ctx, c, "node", "tainting node "+node.Name, node, func() (map[string]any, error) {
 		// Read again for the write: the same refusals hold on the state the taint is added to.
-		if nodeReady(node) {
+		if opsutil.NodeReady(node) {
 			return nil, fmt.Errorf("node %s turned Ready: its kubelet confirms the stop by itself; nothing was changed", node.Name)
 		}
 		taints := append([]corev1.Taint{}, node.Spec.Taints...)
@@ -184,7 +186,7 @@ func (e *env) fenceRelease(ctx context.Context, name string, yes bool, w waitFla
 		// released on its predecessor's exit is recorded active before, but the phase is Running only
 		// once its release is complete).
 		released := ss.Status.Phase == singletonv1.PhaseRunning && ss.Status.ActivePod != "" && ss.Status.ActivePodUID != fence.podUID &&
-			!conditionTrue(ss.Status.Conditions, singletonv1.ConditionFencingRequired)
+			!meta.IsStatusConditionTrue(ss.Status.Conditions, singletonv1.ConditionFencingRequired)
 		return released, fmt.Sprintf("phase %s, active pod %s%s", orNone(string(ss.Status.Phase)), orNone(ss.Status.ActivePod), messageSuffix(ss.Status.Message)), nil
 	})
 	if err != nil {
@@ -193,9 +195,4 @@ func (e *env) fenceRelease(ctx context.Context, name string, yes bool, w waitFla
 	printf(out, "%s/%s: pod %s released after %s (epoch %d, phase %s); it waited on pod %s on node %s\n", singletonKind, name, ss.Status.ActivePod, e.since(start), ss.Status.Epoch, ss.Status.Phase, orNone(fence.pod), node.Name)
 	printf(out, "once node %s is back and clean: kubectl taint node %s %s-\n", node.Name, node.Name, outOfService.Key)
 	return nil
-}
-
-func conditionTrue(conds []metav1.Condition, typ string) bool {
-	c := condition(conds, typ)
-	return c != nil && c.Status == metav1.ConditionTrue
 }
