@@ -467,6 +467,16 @@ spec:
 			Want: []string{"spec.template.spec.template.metadata.labels", "values must be label values"},
 		},
 		badInput{
+			Case: "updateStrategy.restartVia PhasedRollout without type InPlace",
+			Doc:  extendedStatefulSet("ests-restartvia-versioned", "  updateStrategy: {restartVia: PhasedRollout}\n", ""),
+			Want: []string{"spec.updateStrategy.restartVia", "restartVia PhasedRollout needs spec.updateStrategy.type InPlace"},
+		},
+		badInput{
+			Case: "updateStrategy.restartVia unknown",
+			Doc:  extendedStatefulSet("ests-restartvia-unknown", "  updateStrategy: {type: InPlace, restartVia: Argo}\n", ""),
+			Want: []string{"spec.updateStrategy.restartVia", "Unsupported value"},
+		},
+		badInput{
 			Case: "updateStrategy.type unknown",
 			Doc:  extendedStatefulSet("ests-type-unknown", "  updateStrategy: {type: BlueGreen}\n", ""),
 			Want: []string{"spec.updateStrategy.type", "Unsupported value"},

@@ -330,6 +330,22 @@ var extendedReported = []reportedInput{
 		Tests:     []string{extendedPkg + "TestInPlaceImmutableFieldIsStalled"},
 	},
 	{
+		Case:      "updateStrategy.type InPlace without restartVia PhasedRollout, while a PhasedRollout manages the StatefulSet (two owners of one partition)",
+		Condition: "Stalled=True/PartitionConflict, Ready=False/PartitionConflict (names the PhasedRollout; the partition is left alone until restartVia is PhasedRollout or the PhasedRollout is gone)",
+		Event:     "Warning PartitionConflict",
+		Kstatus:   "Failed",
+		Reason:    "ReasonPartitionConflict",
+		Tests:     []string{extendedPkg + "TestInPlacePartitionConflictWithAPhasedRollout"},
+	},
+	{
+		Case:      "updateStrategy.restartVia PhasedRollout, an update written but no PhasedRollout manages the StatefulSet",
+		Condition: "Reconciling=True/NoPhasedRollout, Ready=False/NoPhasedRollout (names the StatefulSet to target; no pod is rolled)",
+		Event:     "Warning NoPhasedRollout",
+		Kstatus:   "InProgress",
+		Reason:    "ReasonNoPhasedRollout",
+		Tests:     []string{extendedPkg + "TestRestartViaPhasedRollout"},
+	},
+	{
 		Case:      "new version whose canary never gets Ready (retryCount used up)",
 		Condition: "Stalled=True/CanaryFailed, Stale=True (the previous version keeps serving)",
 		Event:     "Warning CanaryFailed",

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	extendedv1alpha1 "github.com/statefulops/statefulops/shared/api/extended/v1alpha1"
+	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
 	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 )
 
@@ -41,6 +42,20 @@ import (
 // inPlace reports whether the ExtendedStatefulSet updates its StatefulSets in place.
 func inPlace(ests *extendedv1alpha1.ExtendedStatefulSet) bool {
 	return ests.Spec.UpdateStrategy.Type == extendedv1alpha1.InPlaceUpdateStrategy
+}
+
+// viaRollout reports whether a PhasedRollout rolls the in-place updates (spec.updateStrategy.restartVia
+// PhasedRollout, ES-B2): the operator writes the template and the config hash into the StatefulSet and
+// never its partition, which the rollout-operator steps down one pod per passed check, so a
+// configuration restart takes the same checked path as an image change.
+func viaRollout(ests *extendedv1alpha1.ExtendedStatefulSet) bool {
+	return inPlace(ests) && ests.Spec.UpdateStrategy.RestartVia == extendedv1alpha1.RestartViaPhasedRollout
+}
+
+// managingRollout is the PhasedRollout that manages the StatefulSet (the annotation the rollout-operator
+// sets on its targets), or "".
+func managingRollout(sts *appsv1.StatefulSet) string {
+	return sts.Annotations[rolloutv1alpha1.ManagedByAnnotation]
 }
 
 // inPlace reports whether the version's StatefulSet is updated in place: its selector, which cannot
@@ -109,6 +124,12 @@ func (r *Reconciler) reconcileZoneInPlace(ctx context.Context, s *scope, zs *zon
 	}
 	if err := r.ensureReplicas(ctx, ests, v, desired); err != nil {
 		return err
+	}
+	if pr := managingRollout(v.sts); pr != "" && !viaRollout(ests) {
+		// Two owners of one partition would undo each other's steps: neither is picked silently.
+		zs.waiting, zs.waitReason = fmt.Sprintf("PhasedRollout %s manages StatefulSet %s, whose partition this operator owns unless spec.updateStrategy.restartVia is PhasedRollout: "+
+			"set restartVia PhasedRollout to let the PhasedRollout roll the updates, or delete it; nothing is updated meanwhile", pr, v.sts.Name), extendedv1alpha1.ReasonPartitionConflict
+		return nil
 	}
 	key := debounceKey(ests, z)
 	switch {
@@ -234,6 +255,11 @@ func (r *Reconciler) startInPlace(ctx context.Context, s *scope, zs *zoneScope, 
 	if canaries <= 0 {
 		phase, part = extendedv1alpha1.PhaseRollout, 0
 	}
+	via := viaRollout(ests)
+	if via {
+		// The PhasedRollout holds the partition at replicas and steps it down: no canaries of ours.
+		phase, part = extendedv1alpha1.PhaseRollout, partition(v.sts)
+	}
 	served := v.servedNumber()
 	if v.phase() == extendedv1alpha1.PhaseDone && !v.stale() {
 		served = v.number // settled: every pod runs it
@@ -256,7 +282,9 @@ func (r *Reconciler) startInPlace(ctx context.Context, s *scope, zs *zoneScope, 
 			}
 			sts.Spec.Template.Annotations[extendedv1alpha1.ConfigHashAnnotation] = s.wantCfg
 		}
-		setPartition(sts, part)
+		if !via {
+			setPartition(sts, part)
+		}
 		sts.Annotations[extendedv1alpha1.VersionAnnotation] = strconv.Itoa(number)
 		sts.Annotations[extendedv1alpha1.TemplateHashAnnotation] = z.hash
 		sts.Annotations[extendedv1alpha1.CurrentVersionAnnotation] = strconv.Itoa(served)
@@ -270,6 +298,13 @@ func (r *Reconciler) startInPlace(ctx context.Context, s *scope, zs *zoneScope, 
 		return err
 	}
 	v.number = number
+	if via {
+		ctrl.LoggerFrom(ctx).Info("updating in place through a PhasedRollout", "statefulSet", v.sts.Name, "version", number,
+			"phasedRollout", managingRollout(v.sts), "why", why)
+		r.event(ests, v.sts, corev1.EventTypeNormal, extendedv1alpha1.EventInPlaceUpdate, "Upgrade",
+			"Version %d: %s; written into StatefulSet %s, whose pods its PhasedRollout rolls (spec.updateStrategy.restartVia)", number, why, v.sts.Name)
+		return nil
+	}
 	zs.requeueAfter = minPositive(zs.requeueAfter, watchTime(ests, phase))
 	ctrl.LoggerFrom(ctx).Info("updating in place", "statefulSet", v.sts.Name, "version", number, "partition", part, "why", why)
 	r.event(ests, v.sts, corev1.EventTypeNormal, extendedv1alpha1.EventInPlaceUpdate, "Upgrade",
@@ -285,6 +320,9 @@ func (r *Reconciler) driveInPlace(ctx context.Context, ests *extendedv1alpha1.Ex
 	v *version, desired int32, now time.Time) error {
 	if v.stale() {
 		return nil // frozen: the ordinals below the partition keep serving the previous template
+	}
+	if viaRollout(ests) {
+		return r.followRollout(ctx, ests, zs, v, desired, now)
 	}
 	part := partition(v.sts)
 	phase := v.phase()
@@ -308,17 +346,7 @@ func (r *Reconciler) driveInPlace(ctx context.Context, ests *extendedv1alpha1.Ex
 		return r.watchInPlace(ctx, ests, zs, v, now, phase == extendedv1alpha1.PhaseCanary, updated, part)
 	}
 	if part == 0 {
-		if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
-			sts.Annotations[extendedv1alpha1.PhaseAnnotation] = extendedv1alpha1.PhaseDone
-			sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = now.UTC().Format(time.RFC3339Nano)
-			sts.Annotations[extendedv1alpha1.CurrentVersionAnnotation] = strconv.Itoa(v.number)
-		}); err != nil {
-			return err
-		}
-		ctrl.LoggerFrom(ctx).Info("updated in place", "statefulSet", v.sts.Name, "version", v.number)
-		r.event(ests, v.sts, corev1.EventTypeNormal, extendedv1alpha1.EventRolledOut, "Upgrade",
-			"Version %d rolled out in place: all %d pods of StatefulSet %s updated and Ready", v.number, desired, v.sts.Name)
-		return nil
+		return r.rolledOutInPlace(ctx, ests, v, desired, now, "")
 	}
 	next := min(part, desired) - 1
 	msg := fmt.Sprintf("Version %d: pods from ordinal %d updated and Ready; updating ordinal %d (partition %d)", v.number, part, next, next)
@@ -335,6 +363,54 @@ func (r *Reconciler) driveInPlace(ctx context.Context, ests *extendedv1alpha1.Ex
 	}
 	zs.requeueAfter = minPositive(zs.requeueAfter, watchTime(ests, extendedv1alpha1.PhaseRollout))
 	r.event(ests, v.sts, corev1.EventTypeNormal, extendedv1alpha1.ReasonRollout, "Upgrade", "%s", msg)
+	return nil
+}
+
+// followRollout follows an in-place update that a PhasedRollout rolls (restartVia PhasedRollout): the
+// partition is the PhasedRollout's, as are the checks, their failures and the retries, so the operator
+// only waits until every pod runs the update revision and is Ready and then records the version as
+// rolled out. Without a PhasedRollout managing the StatefulSet it says so (NoPhasedRollout): the
+// partition stays where it is and no pod is rolled.
+func (r *Reconciler) followRollout(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, zs *zoneScope,
+	v *version, desired int32, now time.Time) error {
+	if !inPlaceRolling(v) {
+		return nil // settled: the idle PhasedRollout holds the partition at replicas
+	}
+	updated, err := r.updatedFrom(ctx, v, 0, desired)
+	if err != nil || updated < 0 {
+		return err
+	}
+	pr := managingRollout(v.sts)
+	if updated < desired {
+		if pr == "" {
+			zs.waiting, zs.waitReason = fmt.Sprintf("version %d is written into StatefulSet %s, but no PhasedRollout manages it (spec.updateStrategy.restartVia is PhasedRollout): "+
+				"create one with targetRef %s (rollout-operator); until then no pod is rolled (%d of %d updated)", v.number, v.sts.Name, v.sts.Name, updated, desired),
+				extendedv1alpha1.ReasonNoPhasedRollout
+		}
+		zs.requeueAfter = minPositive(zs.requeueAfter, pollWhileWaiting)
+		return nil
+	}
+	return r.rolledOutInPlace(ctx, ests, v, desired, now, pr)
+}
+
+// rolledOutInPlace records an in-place update whose pods all run the update revision and are Ready:
+// phase Done, and the version is the one served. by is the PhasedRollout that rolled it, if any.
+func (r *Reconciler) rolledOutInPlace(ctx context.Context, ests *extendedv1alpha1.ExtendedStatefulSet, v *version,
+	desired int32, now time.Time, by string) error {
+	if err := r.patchVersion(ctx, v, func(sts *appsv1.StatefulSet) {
+		sts.Annotations[extendedv1alpha1.PhaseAnnotation] = extendedv1alpha1.PhaseDone
+		sts.Annotations[extendedv1alpha1.PhaseStartAnnotation] = now.UTC().Format(time.RFC3339Nano)
+		sts.Annotations[extendedv1alpha1.CurrentVersionAnnotation] = strconv.Itoa(v.number)
+	}); err != nil {
+		return err
+	}
+	how := "in place"
+	if by != "" {
+		how = "in place by PhasedRollout " + by
+	}
+	ctrl.LoggerFrom(ctx).Info("updated in place", "statefulSet", v.sts.Name, "version", v.number, "phasedRollout", by)
+	r.event(ests, v.sts, corev1.EventTypeNormal, extendedv1alpha1.EventRolledOut, "Upgrade",
+		"Version %d rolled out %s: all %d pods of StatefulSet %s updated and Ready", v.number, how, desired, v.sts.Name)
 	return nil
 }
 

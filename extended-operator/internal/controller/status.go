@@ -70,7 +70,8 @@ func (r *Reconciler) applyStatus(s *scope) {
 // applyKstatus sets the kstatus conditions from the Ready condition just decided, so that the three
 // cannot disagree: Stalled while only a change by the user lets the operator go on (the newest version is
 // stale, a referenced ConfigMap or Secret is missing and nothing else is under way, the API server
-// refuses a StatefulSet or Job built from the spec, an in-place StatefulSet cannot take the template),
+// refuses a StatefulSet or Job built from the spec, an in-place StatefulSet cannot take the template or a
+// PhasedRollout manages it while restartVia is not PhasedRollout),
 // else Reconciling while Ready is False (the operator is working towards it or retrying an API error).
 // Both are always present, with the Ready reason and message when True. Every condition, also one this
 // reconcile left as it was (Progressing after an error, ZonesAvailable without a node count), was
@@ -81,7 +82,7 @@ func applyKstatus(ests *extendedv1alpha1.ExtendedStatefulSet, stale bool, set fu
 	waiting := ready.Status == metav1.ConditionFalse
 	stalled := waiting && (stale || ready.Reason == extendedv1alpha1.ReasonReferenceNotFound ||
 		ready.Reason == extendedv1alpha1.ReasonInvalidTemplate || ready.Reason == extendedv1alpha1.ReasonInvalidRestartWindow ||
-		ready.Reason == extendedv1alpha1.ReasonImmutableInPlace)
+		ready.Reason == extendedv1alpha1.ReasonImmutableInPlace || ready.Reason == extendedv1alpha1.ReasonPartitionConflict)
 	if stalled {
 		set(extendedv1alpha1.ConditionStalled, true, ready.Reason, ready.Message)
 	} else {
@@ -160,6 +161,9 @@ func (s *scope) progress(stale bool) (reason, msg string) {
 			reason = extendedv1alpha1.ReasonReferenceNotFound
 		}
 		return reason, s.waiting
+	case n != nil && !stale && n.inPlace() && inPlaceRolling(n) && viaRollout(s.ests):
+		return extendedv1alpha1.ReasonRollout, fmt.Sprintf("%sversion %d in place, rolled by PhasedRollout %s: partition %d, %d of %d pods updated, %d Ready",
+			s.prefix, n.number, managingRollout(n.sts), partition(n.sts), n.sts.Status.UpdatedReplicas, n.specReplicas(), n.sts.Status.ReadyReplicas)
 	case n != nil && !stale && n.inPlace() && inPlaceRolling(n):
 		reason = extendedv1alpha1.ReasonRollout
 		if n.phase() == extendedv1alpha1.PhaseCanary {
@@ -359,7 +363,8 @@ func (r *Reconciler) waitingEvents(ests, orig *extendedv1alpha1.ExtendedStateful
 		return
 	}
 	eventType := corev1.EventTypeNormal
-	if c := meta.FindStatusCondition(after, extendedv1alpha1.ConditionReady); c != nil && c.Reason == extendedv1alpha1.ReasonReconcileError {
+	if c := meta.FindStatusCondition(after, extendedv1alpha1.ConditionReady); c != nil &&
+		(c.Reason == extendedv1alpha1.ReasonReconcileError || c.Reason == extendedv1alpha1.ReasonNoPhasedRollout) {
 		eventType = corev1.EventTypeWarning
 	}
 	opsutil.EventOnTransition(r.Recorder, ests, nil, before, after, opsutil.Transition{

@@ -191,7 +191,12 @@ func buildStatefulSet(ests *extendedv1alpha1.ExtendedStatefulSet, z zone, number
 		Spec: *spec,
 	}
 	if inPlace(ests) {
+		// Through a PhasedRollout, the partition starts where an idle one holds it: at replicas, so
+		// nothing rolls unchecked before it manages the StatefulSet.
 		setPartition(sts, 0)
+		if viaRollout(ests) {
+			setPartition(sts, replicas)
+		}
 		sts.Annotations[extendedv1alpha1.CurrentVersionAnnotation] = v
 		sts.Annotations[extendedv1alpha1.FixedFieldsAnnotation] = fixedFieldsAnnotation(ests)
 	}

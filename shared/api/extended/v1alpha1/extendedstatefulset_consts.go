@@ -103,6 +103,16 @@ const (
 	// serviceName or podManagementPolicy of an object stored before the CRD refused that). Nothing is
 	// applied until it is reverted; a new ExtendedStatefulSet with type Versioned can take it. Stalled says so.
 	ReasonImmutableInPlace = "ImmutableInPlace"
+	// ReasonNoPhasedRollout: with spec.updateStrategy.restartVia PhasedRollout an in-place update is
+	// written into the StatefulSet, but no PhasedRollout manages it (its annotation sts.plus/phasedRollout
+	// is missing), so no pod is rolled; create a PhasedRollout whose targetRef names the StatefulSet.
+	// Reconciling says so, with a Warning Event.
+	ReasonNoPhasedRollout = "NoPhasedRollout"
+	// ReasonPartitionConflict: an in-place StatefulSet is managed by a PhasedRollout while
+	// spec.updateStrategy.restartVia is not PhasedRollout; both would own its partition, so this operator
+	// leaves it alone until one of them goes: set restartVia PhasedRollout, or delete the PhasedRollout.
+	// Stalled says so.
+	ReasonPartitionConflict = "PartitionConflict"
 	// ReasonResizeInProgress: claims were asked to grow to their template's storage request and their
 	// volumes are not that large yet (the resize controller, or the node's file system resize, works on
 	// them).

@@ -129,7 +129,22 @@ const (
 	InPlaceUpdateStrategy UpdateStrategyType = "InPlace"
 )
 
+// RestartVia says who rolls an in-place update once it is written into the StatefulSet
+// (spec.updateStrategy.restartVia).
+// +kubebuilder:validation:Enum=ExtendedStatefulSet;PhasedRollout
+type RestartVia string
+
+const (
+	// RestartViaExtendedStatefulSet (unset means the same): this operator rolls the update, canaries
+	// first, with its watch times.
+	RestartViaExtendedStatefulSet RestartVia = "ExtendedStatefulSet"
+	// RestartViaPhasedRollout: the PhasedRollout that manages the StatefulSet (rollout-operator) rolls
+	// it, one pod per passed check; this operator never writes the partition.
+	RestartViaPhasedRollout RestartVia = "PhasedRollout"
+)
+
 // UpdateStrategy tunes versioned canary upgrades.
+// +kubebuilder:validation:XValidation:rule="!has(self.restartVia) || self.restartVia != 'PhasedRollout' || (has(self.type) && self.type == 'InPlace')",message="spec.updateStrategy.restartVia PhasedRollout needs spec.updateStrategy.type InPlace: a PhasedRollout steps the partition of one StatefulSet, and only InPlace keeps one StatefulSet (per zone) for good",fieldPath=".restartVia"
 type UpdateStrategy struct {
 	// type says how a template change reaches the pods. Versioned (the default): each template change
 	// is a new version, deployed as its own StatefulSet <name>[-z<i>]-v<N> beside the running one (with
@@ -145,6 +160,19 @@ type UpdateStrategy struct {
 	// +kubebuilder:default=Versioned
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.updateStrategy.type cannot be changed: Versioned and InPlace keep their pods in differently named StatefulSets; create a new ExtendedStatefulSet to switch"
 	Type UpdateStrategyType `json:"type,omitempty"`
+
+	// restartVia says who rolls an in-place update (type InPlace) once its template, or only its new
+	// configuration hash, is written into the StatefulSet. ExtendedStatefulSet (unset means the same):
+	// this operator, canaries first, as type describes. PhasedRollout: the PhasedRollout
+	// (rollout-operator) whose targetRef, or targetRefs for zones, names the StatefulSet
+	// <name>[-z<i>]; this operator writes the template and never the partition, so a configuration
+	// restart is stepped and checked exactly as an image change is, one pod per passed check. canaries,
+	// retryCount and the watch times then do not apply: the PhasedRollout's checks and onFailure do. The
+	// StatefulSet is created with its partition at replicas, so nothing rolls before a PhasedRollout
+	// manages it; an update waits meanwhile (Reconciling, reason NoPhasedRollout, and a Warning Event).
+	// Needs type InPlace.
+	// +optional
+	RestartVia RestartVia `json:"restartVia,omitempty"`
 
 	// canaries is the number of pods of a new version started first; each must become Ready within
 	// canaryWatchTime before the remaining pods are started. 0 starts all pods of the new version at
