@@ -234,10 +234,16 @@ func (r *Reconciler) reconcileDelete(ests *extendedv1alpha1.ExtendedStatefulSet)
 }
 
 // patchStatus computes the status from the scope and the error that ended the reconcile, if any, writes
-// it when it changed, and then records the waiting Events. The result asks for the next reconcile the
-// scope needs. An object the API server refuses (invalidSpec) is not retried: Stalled says why, and the
-// spec change that fixes it starts the next reconcile.
+// it when it changed, and then records the waiting Events (a Conflict writes nothing). The result asks
+// for the next reconcile the scope needs. An object the API server refuses (invalidSpec) is not
+// retried: Stalled says why, and the spec change that fixes it starts the next reconcile.
 func (r *Reconciler) patchStatus(ctx context.Context, s *scope, err error) (reconcile.Result, error) {
+	if apierrors.IsConflict(err) {
+		// Someone else wrote the object since it was read (with restartVia PhasedRollout the
+		// rollout-operator writes the same StatefulSet's partition): nothing is wrong, and nothing is
+		// reported; the retry reads anew and decides again.
+		return reconcile.Result{}, err
+	}
 	if err != nil {
 		s.errMessage, s.invalidSpec = err.Error(), apierrors.IsInvalid(err)
 	}

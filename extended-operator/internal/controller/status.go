@@ -162,8 +162,12 @@ func (s *scope) progress(stale bool) (reason, msg string) {
 		}
 		return reason, s.waiting
 	case n != nil && !stale && n.inPlace() && inPlaceRolling(n) && viaRollout(s.ests):
-		return extendedv1alpha1.ReasonRollout, fmt.Sprintf("%sversion %d in place, rolled by PhasedRollout %s: partition %d, %d of %d pods updated, %d Ready",
-			s.prefix, n.number, managingRollout(n.sts), partition(n.sts), n.sts.Status.UpdatedReplicas, n.specReplicas(), n.sts.Status.ReadyReplicas)
+		msg = fmt.Sprintf("%sversion %d in place, rolled by PhasedRollout %s: partition %d, ", s.prefix, n.number, managingRollout(n.sts), partition(n.sts))
+		if n.sts.Status.ObservedGeneration < n.sts.Generation {
+			return extendedv1alpha1.ReasonRollout, msg + "the StatefulSet controller has not observed the update yet"
+		}
+		return extendedv1alpha1.ReasonRollout, msg + fmt.Sprintf("%d of %d pods updated, %d Ready",
+			n.sts.Status.UpdatedReplicas, n.specReplicas(), n.sts.Status.ReadyReplicas)
 	case n != nil && !stale && n.inPlace() && inPlaceRolling(n):
 		reason = extendedv1alpha1.ReasonRollout
 		if n.phase() == extendedv1alpha1.PhaseCanary {
