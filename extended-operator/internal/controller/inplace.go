@@ -282,8 +282,13 @@ func (r *Reconciler) startInPlace(ctx context.Context, s *scope, zs *zoneScope, 
 			}
 			sts.Spec.Template.Annotations[extendedv1alpha1.ConfigHashAnnotation] = s.wantCfg
 		}
-		if !via {
+		switch {
+		case !via:
 			setPartition(sts, part)
+		case managingRollout(sts) == "":
+			// No PhasedRollout yet (restartVia set on a StatefulSet made without it, whose partition
+			// is 0): held at replicas, as an idle PhasedRollout holds it, so nothing rolls unchecked.
+			setPartition(sts, desired)
 		}
 		sts.Annotations[extendedv1alpha1.VersionAnnotation] = strconv.Itoa(number)
 		sts.Annotations[extendedv1alpha1.TemplateHashAnnotation] = z.hash

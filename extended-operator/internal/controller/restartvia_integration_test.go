@@ -147,3 +147,23 @@ func TestInPlacePartitionConflictWithAPhasedRollout(t *testing.T) {
 	f.ipStatus("r1", "r1", 3, 3) // the StatefulSet controller observes the partition change
 	f.waitCondition(extendedv1alpha1.ConditionReady, metav1.ConditionTrue, extendedv1alpha1.ReasonReconciled)
 }
+
+// restartVia set on an in-place ExtendedStatefulSet made without it (its partition 0, where the operator
+// keeps a settled one): the next update is written held at replicas, so nothing rolls before a
+// PhasedRollout manages the StatefulSet.
+func TestRestartViaSetLaterHoldsTheNextUpdate(t *testing.T) {
+	startOperator(t, nil)
+	f := newFixture(t)
+	f.settleInPlace(f.inPlaceESTS(3, "app:1"))
+	f.update(func(e *extendedv1alpha1.ExtendedStatefulSet) {
+		e.Spec.UpdateStrategy.RestartVia = extendedv1alpha1.RestartViaPhasedRollout
+		e.Spec.Template.Spec.Template.Spec.Containers[0].Image = "app:2"
+	})
+	sts := f.waitIP(func(c *assert.CollectT, sts *appsv1.StatefulSet) {
+		assert.Equal(c, "app:2", sts.Spec.Template.Spec.Containers[0].Image)
+	}, "the template written")
+	assert.Equal(t, int32(3), partition(sts), "held at replicas in the same write as the template")
+	f.ipStatus("r1", "r2", 3, 0)
+	f.waitCondition(extendedv1alpha1.ConditionReady, metav1.ConditionFalse, extendedv1alpha1.ReasonNoPhasedRollout)
+	f.partitionStays(3, "the partition moved without a PhasedRollout")
+}

@@ -168,8 +168,9 @@ type UpdateStrategy struct {
 	// <name>[-z<i>]; this operator writes the template and never the partition, so a configuration
 	// restart is stepped and checked exactly as an image change is, one pod per passed check. canaries,
 	// retryCount and the watch times then do not apply: the PhasedRollout's checks and onFailure do. The
-	// StatefulSet is created with its partition at replicas, so nothing rolls before a PhasedRollout
-	// manages it; an update waits meanwhile (Reconciling, reason NoPhasedRollout, and a Warning Event).
+	// StatefulSet is created with its partition at replicas (set later, the next update is written
+	// with it), so nothing rolls before a PhasedRollout manages it; an update waits meanwhile
+	// (Reconciling, reason NoPhasedRollout, and a Warning Event).
 	// Needs type InPlace.
 	// +optional
 	RestartVia RestartVia `json:"restartVia,omitempty"`
