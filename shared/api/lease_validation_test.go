@@ -3,11 +3,16 @@
 package api_test
 
 import (
+	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 )
 
 // seed002Lock is the StatefulSetLock of seed 002, verbatim.
@@ -174,4 +179,41 @@ spec: {statefulSetName: db, leaseName: db-lease, leaseDurationSeconds: 30}
 		require.NoError(t, unstructured.SetNestedField(obj.Object, int64(5), "spec", "failoverDelaySeconds"))
 		require.NoError(t, k8sClient.Update(t.Context(), obj))
 	})
+}
+
+// SL-01: `kubectl get ssl` shows the StatefulSet, the writer pod and the lease duration, the public
+// code's columns, beside ours. kubectl prints the Table the API server builds from the CRD's printer
+// columns, so the test reads that Table.
+func TestStatefulSetLockColumns(t *testing.T) {
+	obj := mustApply(t, strings.Replace(seed002Lock, "name: postgres-cluster-lock", "name: ssl-columns", 1))
+	httpClient, err := rest.HTTPClientFor(restConfig)
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet,
+		strings.TrimSuffix(restConfig.Host, "/")+"/apis/app.anukkrit.me/v1/namespaces/"+obj.GetNamespace()+"/statefulsetlocks/"+obj.GetName(), nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := httpClient.Do(req)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s %s", req.URL, body)
+	var table metav1.Table
+	require.NoError(t, json.Unmarshal(body, &table))
+
+	var shown []string // the columns of `kubectl get ssl`; priority > 0 only with -o wide
+	for _, c := range table.ColumnDefinitions {
+		if c.Priority == 0 {
+			shown = append(shown, c.Name)
+		}
+	}
+	require.Equal(t, []string{"Name", "StatefulSet", "Writer Pod", "Lease", "Lease Duration", "Ready", "Age"}, shown)
+	require.Len(t, table.Rows, 1)
+	cells := map[string]any{}
+	for i, c := range table.ColumnDefinitions {
+		cells[c.Name] = table.Rows[0].Cells[i]
+	}
+	require.Equal(t, "postgres-cluster", cells["StatefulSet"])
+	require.Equal(t, "postgres-cluster-leader-lease", cells["Lease"])
+	require.EqualValues(t, 30, cells["Lease Duration"])
 }

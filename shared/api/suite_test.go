@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -27,6 +28,9 @@ import (
 
 // k8sClient talks to the test API server; tests may use it directly (e.g. for updates).
 var k8sClient client.Client
+
+// restConfig reaches the test API server, for requests the client does not make (a Table).
+var restConfig *rest.Config
 
 // operators own one CRD family each; their generated CRDs are what the API server serves here.
 var operators = []string{"singleton-operator", "cluster-operator", "lease-operator", "rollout-operator", "extended-operator"}
@@ -50,6 +54,7 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
 		return 1
 	}
+	restConfig = cfg
 	defer func() {
 		if err := env.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)

@@ -159,10 +159,10 @@ type StatefulSetLockStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=statefulops,shortName=ssl
 // +kubebuilder:printcolumn:name="StatefulSet",type="string",JSONPath=".spec.statefulSetName"
-// +kubebuilder:printcolumn:name="Writer",type="string",JSONPath=".status.writerPod"
+// +kubebuilder:printcolumn:name="Writer Pod",type="string",JSONPath=".status.writerPod"
 // +kubebuilder:printcolumn:name="Lease",type="string",JSONPath=".spec.leaseName"
+// +kubebuilder:printcolumn:name="Lease Duration",type="integer",JSONPath=".spec.leaseDurationSeconds"
 // +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status"
-// +kubebuilder:printcolumn:name="Lease Duration",type="integer",JSONPath=".spec.leaseDurationSeconds",priority=1
 // +kubebuilder:printcolumn:name="Transitions",type="integer",JSONPath=".status.leaseTransitions",priority=1
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: it is the value of the label app.anukkrit.me/statefulsetlock on the lock's Lease"
