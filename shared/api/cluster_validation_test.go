@@ -54,6 +54,45 @@ spec:
           storage: 1Gi
 `
 
+// publicClusterSample is deploy/crds/enge_v1alpha1_statefulcluster_cr.yaml of the public seed code
+// (adamgoose/stateful-cluster-operator at 2435d67), verbatim: the seed's example with its own
+// indentation, kept apart so that a change to either is seen.
+const publicClusterSample = `apiVersion: enge.me/v1alpha1
+kind: StatefulCluster
+metadata:
+  name: coder
+spec:
+  replicas: 3
+  selector:
+    matchLabels:
+      app: coder
+      enge.me/statefulcluster: coder
+  template:
+    spec:
+      containers:
+      - args:
+        - --allow-http
+        - --no-auth
+        - --host
+        - 0.0.0.0
+        image: codercom/code-server
+        name: coder-stateful
+        ports:
+        - containerPort: 8443
+          name: https
+        volumeMounts:
+        - mountPath: /home/coder/project
+          name: data
+  volumeClaimTemplates:
+  - metadata:
+      name: data
+    spec:
+      accessModes:
+      - ReadWriteOnce
+      resources:
+        requests:
+          storage: 1Gi`
+
 // statefulCluster returns a valid StatefulCluster named name whose spec is the minimal selector and
 // template plus the given extra spec lines (indented by two spaces, as children of spec).
 func statefulCluster(name, extraSpec string) string {
@@ -114,6 +153,11 @@ func TestStatefulClusterDefaults(t *testing.T) {
 				}},
 			},
 			absent: []string{"spec.startupThresholdSeconds", "spec.updateStrategy.rollingUpdate", "spec.serviceName"},
+		},
+		"public code's deploy/crds sample": {
+			doc:    publicClusterSample,
+			want:   map[string]any{"spec.replicas": int64(3), "spec.selector.matchLabels.app": "coder"},
+			absent: []string{"spec.serviceName"},
 		},
 		"minimal": {
 			doc: statefulCluster("sc-minimal", ""),
