@@ -110,7 +110,9 @@ Every identity the manifests of ` + "`deploy/`" + ` create, every RBAC rule it i
 ValidatingAdmissionPolicy that narrows it, each with the reason for it. The page is generated from the
 manifests, so it lists what is installed, not what was intended; ` + "`e2e/permdoc`" + `'s test fails when the two
 drift, and when a rule has no reason. The policies apply only to the operator's own ServiceAccount and
-fail closed for it (failurePolicy Fail); no other user or controller is affected by them.
+fail closed for it (failurePolicy Fail); no other user or controller is affected by them. The exception
+is a policy bound with the action Warn alone (under "Other admission policies"): it refuses nothing,
+and answers a user's write with a warning (kubectl prints it).
 
 What a compromised operator still cannot do is proven on a live cluster by
 ` + "`e2e/platform`" + ` TestOperatorIdentitiesCannotEscalate: it impersonates each identity below and tries
@@ -274,12 +276,31 @@ func (r *renderer) reason(role, key string, rule rbacv1.PolicyRule, namespaced b
 	return cell(strings.Join(whys, " "))
 }
 
+// warnOnly reports whether every binding of the policy named has the action Warn alone (and there is
+// one): such a policy refuses nothing.
+func (r *renderer) warnOnly(policy string) bool {
+	bound := false
+	for _, b := range r.m.policyBindings {
+		if b.Spec.PolicyName != policy {
+			continue
+		}
+		bound = true
+		if len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != admissionv1.Warn {
+			return false
+		}
+	}
+	return bound
+}
+
 func (r *renderer) policies(user string) {
 	var rows []string
 	for _, p := range r.m.policies {
 		js, _ := yaml.Marshal(p)
-		mine := user != "" && bytes.Contains(js, []byte(user))
-		if user == "" {
+		mine := user != "" && bytes.Contains(js, []byte(user)) && !r.warnOnly(p.Name)
+		if user == "" && r.warnOnly(p.Name) {
+			// A policy that only warns refuses no identity anything: it answers users' writes.
+			mine = true
+		} else if user == "" {
 			// The policies that name none of the manifest's ServiceAccounts.
 			mine = true
 			for _, sa := range r.m.serviceAccounts {
