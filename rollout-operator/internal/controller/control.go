@@ -213,6 +213,9 @@ func (r *Reconciler) dryRun(ctx context.Context, s *scope) (reconcile.Result, er
 	}
 	d := pr.Status.DryRun
 	if d == nil || d.Revision != target {
+		if skipsFirstAnalysis(pr, partition, s.replicas) {
+			partition-- // as the real rollout would: the first pod rolls unchecked
+		}
 		d = &rolloutv1alpha1.DryRunStatus{Revision: target, Step: &rolloutv1alpha1.RollingPodStatus{Partition: ptr.To(partition)}}
 		pr.Status.DryRun = d
 		s.event(pr, corev1.EventTypeNormal, rolloutv1alpha1.EventAnalysisOnly,

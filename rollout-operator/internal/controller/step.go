@@ -52,6 +52,10 @@ func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, erro
 	if res, hold, err := r.pauseHold(ctx, s, partition); hold {
 		return res, err
 	}
+	if skipsFirstAnalysis(s.pr, partition, s.replicas) {
+		// The first pod rolls without a check of the old one; every later step is checked.
+		return r.stepPassed(ctx, s, partition, s.now)
+	}
 	if usesCheckSet(s.pr) {
 		return r.runChecks(ctx, s, partition, ordinal)
 	}
@@ -59,6 +63,12 @@ func (r *Reconciler) step(ctx context.Context, s *scope) (reconcile.Result, erro
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 	return r.runCheck(ctx, s, partition, ordinal)
+}
+
+// skipsFirstAnalysis reports whether the step at partition is the first of a rollout (no pod rolled
+// yet) and spec.analyzeBeforeFirstPod is false: that step passes without a check.
+func skipsFirstAnalysis(pr *rolloutv1alpha1.PhasedRollout, partition, replicas int32) bool {
+	return partition >= replicas && replicas > 0 && !ptr.Deref(pr.Spec.AnalyzeBeforeFirstPod, true)
 }
 
 // beginStep finds the step of the StatefulSet's partition (a new one, with no passes, when the status

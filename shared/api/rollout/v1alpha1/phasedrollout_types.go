@@ -146,6 +146,12 @@ type PhasedRolloutSpec struct {
 	// +optional
 	Paused bool `json:"paused,omitempty"`
 
+	// analyzeBeforeFirstPod says whether the first step of a rollout checks before the first pod rolls
+	// (its checks then judge that pod still on the old revision: the service as it was). false rolls
+	// the first pod at once, once every pod is available, and checks from it on. Unset means true.
+	// +optional
+	AnalyzeBeforeFirstPod *bool `json:"analyzeBeforeFirstPod,omitempty"`
+
 	// analysisOnly, when true, is a dry run: every check runs at every step and the operator reports
 	// what it would have done (status.dryRun, Events WouldAdvance and WouldFail), but the partition
 	// stays held at replicas as when idle, so no pod rolls. The steps are simulated: a simulated

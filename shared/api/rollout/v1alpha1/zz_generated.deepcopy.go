@@ -219,6 +219,11 @@ func (in *PhasedRolloutSpec) DeepCopyInto(out *PhasedRolloutSpec) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.AnalyzeBeforeFirstPod != nil {
+		in, out := &in.AnalyzeBeforeFirstPod, &out.AnalyzeBeforeFirstPod
+		*out = new(bool)
+		**out = **in
+	}
 	if in.Steps != nil {
 		in, out := &in.Steps, &out.Steps
 		*out = make([]RolloutStep, len(*in))
