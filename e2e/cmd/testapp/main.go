@@ -25,6 +25,11 @@
 //	                                                     to break one pod, not its replacement
 //	--version                                            print the version and exit (records nothing)
 //
+// `testapp resolve NAME...` instead looks each NAME up with the pod's resolver (its /etc/resolv.conf:
+// the cluster DNS, search domains, ndots), records nothing and prints one line per name: "NAME ADDR..."
+// (sorted), or "NAME NXDOMAIN" when the DNS says the name does not exist. Any other failure (no answer,
+// a server error) is no answer about the name: it is printed to stderr and the exit code is 1.
+//
 // Pod identity comes from the downward API: POD_NAME, POD_NAMESPACE, POD_UID, NODE_NAME; the pod name
 // falls back to the hostname (which is the pod name in Kubernetes anyway).
 //
@@ -48,6 +53,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -60,6 +66,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,6 +98,9 @@ func main() {
 }
 
 func run(started time.Time, args []string) int {
+	if len(args) > 1 && args[1] == "resolve" {
+		return resolve(context.Background(), net.DefaultResolver, args[2:], os.Stdout, os.Stderr)
+	}
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 
@@ -380,6 +390,35 @@ func readValue(file string) (float64, error) {
 		return 0, fmt.Errorf("value file %s: %w", file, err)
 	}
 	return v, nil
+}
+
+// resolve looks names up with r and prints one line per name (see the package doc); 2 for no names.
+func resolve(ctx context.Context, r *net.Resolver, names []string, stdout, stderr io.Writer) int {
+	if len(names) == 0 {
+		fmt.Fprintln(stderr, "testapp resolve: no names")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	code := 0
+	for _, name := range names {
+		addrs, err := r.LookupHost(ctx, name)
+		var dnsErr *net.DNSError
+		switch {
+		case err == nil && len(addrs) == 0:
+			fmt.Fprintf(stderr, "testapp resolve %s: no addresses and no error\n", name)
+			code = 1
+		case err == nil:
+			slices.Sort(addrs)
+			fmt.Fprintln(stdout, name, strings.Join(addrs, " "))
+		case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
+			fmt.Fprintln(stdout, name, "NXDOMAIN")
+		default:
+			fmt.Fprintf(stderr, "testapp resolve %s: %v\n", name, err)
+			code = 1
+		}
+	}
+	return code
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -2,13 +2,17 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -335,4 +339,73 @@ func TestVersion(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "testapp devel\n", string(out))
 	assert.NoDirExists(t, dir)
+}
+
+// TestResolve: `testapp resolve` prints each name's addresses, NXDOMAIN for a name the DNS says does
+// not exist, and fails on a name no server answered for, recording nothing.
+func TestResolve(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "records")
+	cmd := exec.Command(binary, "resolve", "localhost")
+	cmd.Env = append(os.Environ(), "TESTAPP_RECORD_DIR="+dir)
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	assert.Contains(t, strings.Fields(string(out))[1:], "127.0.0.1", "localhost is in /etc/hosts")
+	assert.NoDirExists(t, dir)
+
+	var stdout, stderr strings.Builder
+	nxdomain := resolverOf(t, nxdomainServer(t))
+	code := resolve(t.Context(), nxdomain, []string{"member-0.members.default.svc.cluster.local."}, &stdout, &stderr)
+	assert.Equal(t, 0, code, stderr.String())
+	assert.Equal(t, "member-0.members.default.svc.cluster.local. NXDOMAIN\n", stdout.String())
+
+	stdout.Reset()
+	unreachable := &net.Resolver{PreferGo: true, Dial: func(context.Context, string, string) (net.Conn, error) {
+		return nil, errors.New("no DNS server here")
+	}}
+	code = resolve(t.Context(), unreachable, []string{"member-0.members.default.svc.cluster.local."}, &stdout, &stderr)
+	assert.Equal(t, 1, code)
+	assert.Empty(t, stdout.String(), "no answer is not NXDOMAIN")
+	assert.Contains(t, stderr.String(), "no DNS server here")
+
+	assert.Equal(t, 2, resolve(t.Context(), unreachable, nil, &stdout, &stderr), "no names")
+}
+
+// resolverOf is a Go resolver that sends every query to the UDP server at addr.
+func resolverOf(t *testing.T, addr string) *net.Resolver {
+	return &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "udp", addr)
+	}}
+}
+
+// nxdomainServer serves DNS on a local UDP port for the rest of the test, answering every query with
+// an authoritative NXDOMAIN, and returns its address.
+func nxdomainServer(t *testing.T) string {
+	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			n, from, err := conn.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			// The header (12 bytes) and the one question: its name's labels, the root label, type, class.
+			end := 12
+			for end < n && buf[end] != 0 {
+				end += int(buf[end]) + 1
+			}
+			end += 5
+			if end > n {
+				continue
+			}
+			reply := slices.Clone(buf[:end])
+			reply[2] = 0x84 // QR (a response), AA (authoritative), opcode QUERY
+			reply[3] = 0x03 // RCODE NXDOMAIN
+			// One question, no answer, authority or additional records.
+			copy(reply[4:12], []byte{0, 1, 0, 0, 0, 0, 0, 0})
+			_, _ = conn.WriteTo(reply, from)
+		}
+	}()
+	return conn.LocalAddr().String()
 }
