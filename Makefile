@@ -214,7 +214,7 @@ verify: manifests ## Fail if anything generated is stale, a module is untidy, or
 ##@ Tools (built once into $(CACHE))
 
 .PHONY: tools
-tools: kube-bin $(KWOK_BIN)/kwokctl $(CONTROLLER_GEN) $(CYCLONEDX_GOMOD) host-deps ## Build every tool the targets need.
+tools: kube-bin clusterdns $(KWOK_BIN)/kwokctl $(CONTROLLER_GEN) $(CYCLONEDX_GOMOD) host-deps ## Build every tool the targets need.
 
 # Debian packages the tests use: the local cluster's real node needs a container runtime and iptables,
 # the PhasedRollout checks run against a real Prometheus server. Installed when missing on a machine
@@ -238,6 +238,18 @@ kube-bin: $(addprefix $(KUBE_BIN)/,$(KUBE_COMPONENTS) etcd)
 $(addprefix $(KUBE_BIN)/,$(KUBE_COMPONENTS)): $(KUBE_BIN)/%:
 	mkdir -p $(KUBE_BIN)
 	cd e2e/tools/kube && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $@.tmp k8s.io/kubernetes/cmd/$* && mv $@.tmp $@
+
+# The local cluster's DNS (e2e/tools/clusterdns: CoreDNS, its version pinned in that module's go.mod,
+# with only the kubernetes and errors plugins), beside the Kubernetes components, where the local
+# cluster looks for it. Its main is this repository's, so it is built on every `make tools` rather than
+# once per version: with the Go build cache that is a link when nothing changed. An unchanged binary
+# is kept, so a running cluster's DNS is left alone.
+.PHONY: clusterdns
+clusterdns: ## Build the local cluster's DNS (CoreDNS with the kubernetes plugin) into the Kubernetes components' dir.
+	mkdir -p $(KUBE_BIN)
+	tmp=$$(mktemp -d $(KUBE_BIN)/.clusterdns.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
+	  (cd e2e/tools/clusterdns && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $$tmp/clusterdns .) && \
+	  { cmp -s $$tmp/clusterdns $(KUBE_BIN)/clusterdns || mv $$tmp/clusterdns $(KUBE_BIN)/clusterdns; }
 
 $(KUBE_BIN)/etcd:
 	mkdir -p $(KUBE_BIN)
