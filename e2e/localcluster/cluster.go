@@ -7,7 +7,8 @@
 // the kwok nodes; kwok leaves it alone, and only pods that select and tolerate it run there: the pods
 // of RealNodeNamespaces (the operators' namespaces) get both from a MutatingAdmissionPolicy of the
 // cluster (steering.go). The default StorageClass "local" is served by local-provisioner, a component
-// kwokctl runs beside the control plane, so every claim binds (provisioner.go).
+// kwokctl runs beside the control plane, so every claim binds (provisioner.go); the cluster DNS
+// (CoreDNS's kubernetes plugin, behind the kube-dns Service) is another (clusterdns.go).
 //
 // All state lives under one state dir (by default <repo>/.local): kwokctl's workdir in kwok/ (the
 // running components' logs in kwok/clusters/statefulops/logs/), the kwokctl config in
@@ -47,8 +48,8 @@ type Options struct {
 	// StateDir holds everything the cluster writes. Default: <repo>/.local, where <repo> is the
 	// nearest directory above the working directory that contains go.work.
 	StateDir string
-	// KubeBin is the directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
-	// kubectl. Default: $STATEFULOPS_KUBE_BIN, else $HOME/.cache/statefulops/kube-v1.36.3-etcd-v3.6.16
+	// KubeBin is the directory with etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+	// kubectl and clusterdns (`make tools`). Default: $STATEFULOPS_KUBE_BIN, else $HOME/.cache/statefulops/kube-v1.36.3-etcd-v3.6.16
 	// (the Makefile's pinned build).
 	KubeBin string
 	// KwokBin is the directory with kwok and kwokctl. Default: $STATEFULOPS_KWOK_BIN, else
@@ -111,6 +112,9 @@ type Cluster struct {
 	realNode        bool
 	realNodeOff     string
 	realNodeStarted *realnode.Node
+
+	// dnsPort is the host port of the cluster DNS (clusterdns.go).
+	dnsPort int
 }
 
 // Up starts the local cluster, or reuses it when one is already running healthy with the same
@@ -135,8 +139,11 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	defer unlock()
 
 	k := newKwokctl(opts)
+	if k.dnsPort, err = clusterDNSPort(opts.StateDir, k.exists()); err != nil {
+		return nil, err
+	}
 	wantConfig := k.config()
-	c := &Cluster{opts: opts}
+	c := &Cluster{opts: opts, dnsPort: k.dnsPort}
 	if err := c.decideRealNode(); err != nil {
 		return nil, err
 	}
@@ -175,6 +182,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if err := c.ensureStorageClass(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.ensureClusterDNS(ctx); err != nil {
 		return nil, err
 	}
 	if err := c.ensureRealNodeSteering(ctx); err != nil {
@@ -252,6 +262,8 @@ func (c *Cluster) realNodeOptions(k *kwokctl) realnode.Options {
 		Kubeconfig: c.Kubeconfig(),
 		// Addresses that exist only in this cluster: nothing sent to them may leave the machine.
 		LocalOnlyCIDRs: []string{serviceCIDR, kwokCIDR},
+		ClusterDNS:     ClusterDNSIP,
+		ClusterDomain:  ClusterDomain,
 		Log:            c.opts.Log,
 	}
 	if k != nil {
@@ -423,7 +435,7 @@ func (o Options) withDefaults() (Options, error) {
 func (o Options) checkBinaries() error {
 	var missing []string
 	for dir, names := range map[string][]string{
-		o.KubeBin: {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"},
+		o.KubeBin: {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", clusterDNSComponent},
 		o.KwokBin: {"kwok", "kwokctl"},
 	} {
 		for _, name := range names {

@@ -39,6 +39,8 @@ const kwokManagedNodes = KwokNodeLabel + "=" + KwokNodeValue + "," + NodeReadyLa
 // kwokctl runs kwokctl for the cluster kept in one state dir.
 type kwokctl struct {
 	opts Options
+	// dnsPort is the host port of the cluster DNS component (clusterDNSPort), set by Up.
+	dnsPort int
 }
 
 func newKwokctl(opts Options) *kwokctl { return &kwokctl{opts: opts} }
@@ -150,6 +152,11 @@ func (k *kwokctl) config() []byte {
 	// its pid and log beside theirs, and stops it on delete.
 	fmt.Fprintf(&b, "components:\n- name: %s\n  binary: %q\n  workDir: %q\n  args:\n", provisionerComponent, k.opts.ProvisionerBin, k.clusterDir())
 	for _, arg := range k.provisionerArgs() {
+		fmt.Fprintf(&b, "  - %q\n", arg)
+	}
+	// So is the cluster DNS (clusterdns.go).
+	fmt.Fprintf(&b, "- name: %s\n  binary: %q\n  workDir: %q\n  args:\n", clusterDNSComponent, filepath.Join(k.opts.KubeBin, clusterDNSComponent), k.clusterDir())
+	for _, arg := range k.clusterDNSArgs() {
 		fmt.Fprintf(&b, "  - %q\n", arg)
 	}
 	b.Write(Stages())

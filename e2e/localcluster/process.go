@@ -17,7 +17,7 @@ import (
 
 // components are the processes kwokctl's binary runtime starts, each with a pid file
 // <cluster dir>/pids/<name>.pid.
-var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller", provisionerComponent}
+var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller", provisionerComponent, clusterDNSComponent}
 
 // clusterPIDs reads the pid files kwokctl wrote for the cluster.
 func clusterPIDs(clusterDir string) ([]int, error) {
@@ -53,8 +53,8 @@ func alive(pid int) bool {
 }
 
 // processesStartedFrom returns the PIDs of live processes whose executable path (argv[0]) lies under
-// dir: kwokctl starts every component from a link in <cluster dir>/bin/, except local-provisioner,
-// which runs from the build directory and is recognised by an argument under dir.
+// dir: kwokctl starts every component from a link in <cluster dir>/bin/, except local-provisioner and
+// clusterdns, which run from the build directories and are recognised by an argument under dir.
 func processesStartedFrom(dir string) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
@@ -65,7 +65,7 @@ func processesStartedFrom(dir string) []int {
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		argv0, _, _ := bytes.Cut(cmdline, []byte{0})
-		if err != nil || !(bytes.HasPrefix(argv0, []byte(dir+"/")) || isProvisionerOf(cmdline, dir)) {
+		if err != nil || !(bytes.HasPrefix(argv0, []byte(dir+"/")) || isOwnComponentOf(cmdline, dir)) {
 			continue
 		}
 		if alive(pid) {
@@ -112,11 +112,11 @@ func lockStateDir(ctx context.Context, stateDir string) (unlock func(), err erro
 	return func() { f.Close() }, nil
 }
 
-// isProvisionerOf reports whether a command line (NUL-separated) is local-provisioner's with an
-// argument naming a file under dir (its kubeconfig in the cluster dir).
-func isProvisionerOf(cmdline []byte, dir string) bool {
+// isOwnComponentOf reports whether a command line (NUL-separated) is local-provisioner's or
+// clusterdns's with an argument naming a file under dir (its kubeconfig in the cluster dir).
+func isOwnComponentOf(cmdline []byte, dir string) bool {
 	args := bytes.Split(bytes.TrimRight(cmdline, "\x00"), []byte{0})
-	if len(args) == 0 || filepath.Base(string(args[0])) != provisionerComponent {
+	if len(args) == 0 || (filepath.Base(string(args[0])) != provisionerComponent && filepath.Base(string(args[0])) != clusterDNSComponent) {
 		return false
 	}
 	for _, arg := range args[1:] {

@@ -1,6 +1,8 @@
 package localcluster
 
 import (
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -9,10 +11,12 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The kwokctl configuration runs local-provisioner as a component of the cluster, with its working
-// dir (pid file, log) in the cluster dir and its kubeconfig there, which is how Down finds it by PID.
-func TestConfigRunsTheProvisioner(t *testing.T) {
+// The kwokctl configuration runs local-provisioner and the cluster DNS as components of the cluster,
+// with their working dir (pid file, log) in the cluster dir and their kubeconfig there, which is how
+// Down finds them by PID.
+func TestConfigRunsTheProvisionerAndTheDNS(t *testing.T) {
 	k := newKwokctl(Options{StateDir: "/state", KubeBin: "/kube", KwokBin: "/kwok", ProvisionerBin: "/bin/local-provisioner"})
+	k.dnsPort = 10053
 	docs := strings.Split(string(k.config()), "\n---\n")
 	require.GreaterOrEqual(t, len(docs), 2)
 	var cfg struct {
@@ -24,7 +28,7 @@ func TestConfigRunsTheProvisioner(t *testing.T) {
 	}
 	require.NoError(t, yaml.Unmarshal([]byte(docs[1]), &cfg))
 	assert.Equal(t, "KwokctlConfiguration", cfg.Kind)
-	require.Len(t, cfg.Components, 1)
+	require.Len(t, cfg.Components, 2)
 	c := cfg.Components[0]
 	assert.Equal(t, provisionerComponent, c.Name)
 	assert.Equal(t, "/bin/local-provisioner", c.Binary)
@@ -33,9 +37,43 @@ func TestConfigRunsTheProvisioner(t *testing.T) {
 	assert.Contains(t, c.Args, "-reap-pods-on-nodes="+kwokManagedNodes, "it reaps the deleted pods of exactly the nodes kwok simulates")
 
 	cmdline := []byte(strings.Join(append([]string{c.Binary}, c.Args...), "\x00") + "\x00")
-	assert.True(t, isProvisionerOf(cmdline, k.clusterDir()), "its process is recognised as the cluster's")
-	assert.False(t, isProvisionerOf(cmdline, "/other/cluster"), "not another cluster's")
-	assert.False(t, isProvisionerOf([]byte("/bin/kubelet\x00--kubeconfig="+k.clusterDir()+"/kubeconfig.yaml\x00"), k.clusterDir()))
+	assert.True(t, isOwnComponentOf(cmdline, k.clusterDir()), "its process is recognised as the cluster's")
+	assert.False(t, isOwnComponentOf(cmdline, "/other/cluster"), "not another cluster's")
+	assert.False(t, isOwnComponentOf([]byte("/bin/kubelet\x00--kubeconfig="+k.clusterDir()+"/kubeconfig.yaml\x00"), k.clusterDir()))
+
+	dns := cfg.Components[1]
+	assert.Equal(t, clusterDNSComponent, dns.Name)
+	assert.Equal(t, "/kube/clusterdns", dns.Binary)
+	assert.Equal(t, k.clusterDir(), dns.WorkDir)
+	assert.Equal(t, []string{"-kubeconfig=" + k.clusterDir() + "/kubeconfig.yaml", "-port=10053", "-zone=cluster.local"}, dns.Args)
+	cmdline = []byte(strings.Join(append([]string{dns.Binary}, dns.Args...), "\x00") + "\x00")
+	assert.True(t, isOwnComponentOf(cmdline, k.clusterDir()), "its process is recognised as the cluster's")
+	assert.False(t, isOwnComponentOf(cmdline, "/other/cluster"), "not another cluster's")
+}
+
+// The cluster DNS's port is kept per state dir: the saved one while the cluster exists, or while it is
+// free; a new free one, saved, when it is taken and the cluster is to be created.
+func TestClusterDNSPort(t *testing.T) {
+	dir := t.TempDir()
+	port, err := clusterDNSPort(dir, false)
+	require.NoError(t, err)
+	assert.Positive(t, port)
+	again, err := clusterDNSPort(dir, false)
+	require.NoError(t, err)
+	assert.Equal(t, port, again, "the saved port, still free")
+
+	taken, err := net.Listen("tcp", ":"+strconv.Itoa(port))
+	require.NoError(t, err)
+	defer taken.Close()
+	again, err = clusterDNSPort(dir, true)
+	require.NoError(t, err)
+	assert.Equal(t, port, again, "the running cluster's DNS holds its port")
+	moved, err := clusterDNSPort(dir, false)
+	require.NoError(t, err)
+	assert.NotEqual(t, port, moved, "a new cluster moves off a taken port")
+	again, err = clusterDNSPort(dir, false)
+	require.NoError(t, err)
+	assert.Equal(t, moved, again, "and keeps the new one")
 }
 
 // The steering binding names exactly RealNodeNamespaces, by the name label every namespace carries.

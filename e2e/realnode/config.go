@@ -146,7 +146,7 @@ func writeConfigs(l layout, opts Options, c cluster, nodeIP net.IP) error {
 	files := map[string]string{
 		l.containerdConfig(): containerdConfig(l, runc),
 		filepath.Join(l.cniConfDir(), "10-statefulops.conflist"): cniConfig(l),
-		l.kubeletConfig():   kubeletConfig(l, nodeIP),
+		l.kubeletConfig():   kubeletConfig(l, nodeIP, opts.ClusterDNS, opts.ClusterDomain),
 		l.kubeProxyConfig(): kubeProxyConfig(l, nodeIP),
 	}
 	for path, content := range files {
@@ -235,8 +235,17 @@ func cniConfig(l layout) string {
 // kubeletConfig is the KubeletConfiguration: cgroupfs on cgroup v1, no swap check, eviction and image
 // GC that leave a small disposable machine alone, a short node lease so a dead node shows within
 // seconds, the taint, x509 (the cluster CA) and webhook authentication and webhook authorization for
-// the API server's logs/exec/port-forward calls.
-func kubeletConfig(l layout, nodeIP net.IP) string {
+// the API server's logs/exec/port-forward calls. With clusterDNS, pods (dnsPolicy ClusterFirst) get it
+// as their only nameserver and <ns>.svc.<domain>, svc.<domain>, <domain> as search domains; without it
+// the kubelet gives them the host's resolv.conf.
+func kubeletConfig(l layout, nodeIP net.IP, clusterDNS, domain string) string {
+	if domain == "" {
+		domain = "cluster.local"
+	}
+	dns := ""
+	if clusterDNS != "" {
+		dns = fmt.Sprintf("clusterDNS:\n- %q\n", clusterDNS)
+	}
 	return fmt.Sprintf(`# Written by realnode.
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -274,14 +283,14 @@ evictionHard:
   imagefs.inodesFree: "1%%"
 imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
-clusterDomain: cluster.local
+%[9]sclusterDomain: %[10]q
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false
 rotateCertificates: false
 serverTLSBootstrap: false
 protectKernelDefaults: false
 `, "unix://"+l.containerdSocket(), nodeIP.String(), hostOf(kubeletHealthz), portOf(kubeletHealthz), l.podLogs(),
-		l.pki("ca.crt"), TaintKey, LabelValue)
+		l.pki("ca.crt"), TaintKey, LabelValue, dns, domain)
 }
 
 func kubeletArgs(l layout, nodeIP net.IP) []string {

@@ -95,6 +95,10 @@ type Options struct {
 	// and node addresses): they are routed to the pod bridge while the node runs, so no packet to them
 	// leaves the machine.
 	LocalOnlyCIDRs []string
+	// ClusterDNS is the cluster DNS's address (a Service ClusterIP) the kubelet gives pods as their
+	// nameserver, with ClusterDomain as their search domain's base; "" leaves pods the host's resolv.conf.
+	ClusterDNS    string
+	ClusterDomain string
 	// Log receives one line per step. Default: discarded.
 	Log io.Writer
 }

@@ -188,7 +188,7 @@ func TestConfigs(t *testing.T) {
 	assert.Contains(t, cniConfig(l), PodCIDR)
 
 	var kubelet map[string]any
-	require.NoError(t, yaml.Unmarshal([]byte(kubeletConfig(l, ip)), &kubelet))
+	require.NoError(t, yaml.Unmarshal([]byte(kubeletConfig(l, ip, "10.96.0.10", "cluster.local")), &kubelet))
 	assert.Equal(t, "cgroupfs", kubelet["cgroupDriver"])
 	assert.Equal(t, false, kubelet["failCgroupV1"])
 	assert.Equal(t, false, kubelet["failSwapOn"])
@@ -196,6 +196,12 @@ func TestConfigs(t *testing.T) {
 	assert.Equal(t, "/state/realnode/pod-logs", kubelet["podLogsDir"])
 	assert.Equal(t, map[string]any{"mode": "Webhook"}, kubelet["authorization"])
 	assert.Equal(t, []any{map[string]any{"key": TaintKey, "value": LabelValue, "effect": "NoSchedule"}}, kubelet["registerWithTaints"])
+	assert.Equal(t, []any{"10.96.0.10"}, kubelet["clusterDNS"])
+	assert.Equal(t, "cluster.local", kubelet["clusterDomain"])
+	var noDNS map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(kubeletConfig(l, ip, "", "")), &noDNS))
+	assert.NotContains(t, noDNS, "clusterDNS", "pods get the host's resolv.conf")
+	assert.Equal(t, "cluster.local", noDNS["clusterDomain"])
 	args := strings.Join(kubeletArgs(l, ip), " ")
 	assert.Contains(t, args, "--node-labels="+LabelKey+"="+LabelValue)
 	assert.Contains(t, args, "--root-dir=/state/realnode/kubelet")
