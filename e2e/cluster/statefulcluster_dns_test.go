@@ -67,18 +67,17 @@ func TestStatefulClusterStableDNSNames(t *testing.T) {
 			names = append(names, name)
 		}
 		var out string
-		require.Eventually(t, func() bool {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			var err error
 			out, err = framework.KubectlOnRealNode(t, append([]string{"exec", "-n", ns, "resolver", "--", "/testapp", "resolve"}, names...)...)
-			if err != nil {
-				return false
-			}
+			require.NoError(c, err, "testapp resolve in pod resolver: %s", out)
 			got := map[string]string{}
 			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 				name, addrs, _ := strings.Cut(line, " ")
 				got[name] = addrs
 			}
-			return assert.ObjectsAreEqual(want, got)
-		}, framework.Timeout, framework.Tick, "names resolved in pod resolver: want %v, last answer:\n%s", want, out)
+			assert.Equal(c, want, got, "names resolved in pod resolver")
+		}, framework.Timeout, framework.Tick)
 		t.Logf("resolved in pod resolver:\n%s", strings.TrimSpace(out))
 	}
 
