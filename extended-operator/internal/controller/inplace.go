@@ -258,7 +258,7 @@ func (r *Reconciler) startInPlace(ctx context.Context, s *scope, zs *zoneScope, 
 	via := viaRollout(ests)
 	if via {
 		// The PhasedRollout holds the partition at replicas and steps it down: no canaries of ours.
-		phase, part = extendedv1alpha1.PhaseRollout, partition(v.sts)
+		phase = extendedv1alpha1.PhaseRollout
 	}
 	served := v.servedNumber()
 	if v.phase() == extendedv1alpha1.PhaseDone && !v.stale() {
