@@ -60,15 +60,6 @@ func checkStatus(pr *rolloutv1alpha1.PhasedRollout, name string) rolloutv1alpha1
 	return rolloutv1alpha1.CheckStatus{}
 }
 
-// createOwnRollout creates the PhasedRollout "pr" and deletes it when the test ends, so that the
-// operators of later tests (which reconcile every namespace) do not run its checks.
-func (f *fixture) createOwnRollout(mods ...func(*rolloutv1alpha1.PhasedRollout)) *rolloutv1alpha1.PhasedRollout {
-	f.t.Helper()
-	pr := f.createRollout(mods...)
-	f.t.Cleanup(func() { _ = suite.Client.Delete(context.Background(), pr) })
-	return pr
-}
-
 // rollToAndWaitRuns starts the rollout to web-r2 from an idle StatefulSet of 2 and waits until check
 // name has run n times (tries) in the first step.
 func (f *fixture) rollToAndWaitRuns(name string, n int32) *rolloutv1alpha1.PhasedRollout {
@@ -103,7 +94,7 @@ func TestSeveralChecksEveryOneMustPass(t *testing.T) {
 	startOperator(t, nil)
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
-	f.createOwnRollout(withChecks(
+	f.createRollout(withChecks(
 		promCheck("errors", prom.URL, `app_errors{pod="{{pod}}"} > 0`),
 		promCheck("latency", prom.URL, `app_latency_seconds{pod="{{pod}}"}`, func(c *rolloutv1alpha1.NamedCheck) {
 			c.SuccessCondition = "result < 0.5"
@@ -135,7 +126,7 @@ func TestChecksRunOnTheirOwnPeriods(t *testing.T) {
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
 	failing := func(c *rolloutv1alpha1.NamedCheck) { c.SuccessWhen = rolloutv1alpha1.SuccessWhenDataReturned }
-	f.createOwnRollout(withChecks(
+	f.createRollout(withChecks(
 		promCheck("fast", prom.URL, `app_missing`, failing),
 		promCheck("slow", prom.URL, `app_missing`, failing, func(c *rolloutv1alpha1.NamedCheck) {
 			c.InitialDelaySeconds = ptr.To[int32](3)
@@ -158,7 +149,7 @@ func TestSeedCheckWithSuccessConditionAndAnotherCheck(t *testing.T) {
 	startOperator(t, nil)
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
-	f.createOwnRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
+	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.Check.SuccessThreshold = 1
 		pr.Spec.Check.Query.URL = prom.URL
 		pr.Spec.Check.Query.Expr = `app_ok`
@@ -188,7 +179,7 @@ func TestNoDataPolicies(t *testing.T) {
 	create := func(t *testing.T, policy rolloutv1alpha1.NoDataPolicy) *fixture {
 		f := newFixture(t, 2, 0)
 		f.simulateStatefulSetController()
-		f.createOwnRollout(withChecks(promCheck("latency", prom.URL, `app_missing`, func(c *rolloutv1alpha1.NamedCheck) {
+		f.createRollout(withChecks(promCheck("latency", prom.URL, `app_missing`, func(c *rolloutv1alpha1.NamedCheck) {
 			c.SuccessCondition = "result < 0.5"
 			c.NoDataPolicy = policy
 			c.MaxTries = ptr.To[int32](2)
@@ -238,7 +229,7 @@ func TestErrorPolicies(t *testing.T) {
 		f := newFixture(t, 2, 0)
 		f.simulateStatefulSetController()
 		// vector(1) answers one sample as soon as Prometheus answers, scraped or not.
-		f.createOwnRollout(withChecks(promCheck("up", prom.URL, `vector(1)`, func(c *rolloutv1alpha1.NamedCheck) {
+		f.createRollout(withChecks(promCheck("up", prom.URL, `vector(1)`, func(c *rolloutv1alpha1.NamedCheck) {
 			c.SuccessWhen = rolloutv1alpha1.SuccessWhenDataReturned
 			c.ErrorPolicy = policy
 			c.MaxTries = ptr.To[int32](2)
@@ -299,7 +290,7 @@ func TestErrorPolicies(t *testing.T) {
 func TestInvalidSuccessConditionStallsAtOnce(t *testing.T) {
 	startOperator(t, newFakeChecker(VerdictPass))
 	f := newFixture(t, 2, 0)
-	f.createOwnRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.SuccessCondition = "result <" })
+	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.SuccessCondition = "result <" })
 	c := f.waitCondition(rolloutv1alpha1.ConditionStalled, "True", rolloutv1alpha1.ReasonInvalidSuccessCondition)
 	assert.Contains(t, c.Message, "spec.check.successCondition does not compile")
 	assert.Contains(t, c.Message, "Syntax error", "the compiler's own message")
@@ -328,7 +319,7 @@ func TestRollbackWinsAmongFailingChecks(t *testing.T) {
 	f.simulateStatefulSetController()
 	f.createCurrentRevision()
 	tries := func(c *rolloutv1alpha1.NamedCheck) { c.MaxTries = ptr.To[int32](2) }
-	f.createOwnRollout(withChecks(
+	f.createRollout(withChecks(
 		promCheck("pause", "prom:9090", "a", tries),
 		promCheck("rollback", "prom:9090", "b", tries, func(c *rolloutv1alpha1.NamedCheck) { c.OnFailure = rolloutv1alpha1.OnFailureRollback }),
 	))
@@ -350,7 +341,7 @@ func TestSeedOnlySpecReportsItsCheck(t *testing.T) {
 	startOperator(t, checker)
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
-	f.createOwnRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.MaxTries = ptr.To[int32](3) })
+	f.createRollout(func(pr *rolloutv1alpha1.PhasedRollout) { pr.Spec.Check.MaxTries = ptr.To[int32](3) })
 	f.waitPartition(2)
 	f.newRevision("web-r2")
 	pr := f.waitPhase(rolloutv1alpha1.PhaseFailed)
@@ -421,7 +412,7 @@ func TestWebhookAmongChecks(t *testing.T) {
 	gateCheck.PeriodSeconds = 1
 	gateCheck.SuccessThreshold = 1
 	gateCheck.Webhook = &rolloutv1alpha1.WebhookCheck{URL: g.srv.URL + "/gate", TimeoutSeconds: 5}
-	f.createOwnRollout(withChecks(promCheck("errors", prom.URL, `app_errors{pod="{{pod}}"} > 0`), gateCheck))
+	f.createRollout(withChecks(promCheck("errors", prom.URL, `app_errors{pod="{{pod}}"} > 0`), gateCheck))
 	pr := f.rollToAndWaitRuns("no-backup", 3)
 	assert.Equal(t, int32(2), f.partition(), "a refusing gate holds the step")
 	assert.True(t, checkStatus(pr, "errors").Passed, "the query check passed")

@@ -72,7 +72,7 @@ func TestSeedWebhookBesideChecks(t *testing.T) {
 	startOperator(t, newFakeChecker(VerdictPass))
 	f := newFixture(t, 2, 0)
 	f.simulateStatefulSetController()
-	f.createOwnRollout(webhookRollout(g.srv.URL+"/gate"), func(pr *rolloutv1alpha1.PhasedRollout) {
+	f.createRollout(webhookRollout(g.srv.URL+"/gate"), func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.Check.InitialDelaySeconds = ptr.To[int32](0)
 		pr.Spec.Check.PeriodSeconds = 1
 		pr.Spec.Check.SuccessThreshold = 1
@@ -98,7 +98,7 @@ func TestSecretAccessForAChecksElement(t *testing.T) {
 	f := newFixture(t, 1, 0)
 	f.simulateStatefulSetController()
 	f.createSecret("prom-secret", map[string]string{"token": "tok"})
-	f.createOwnRollout(withChecks(promCheck("errors", "http://prometheus:9090", `errors{pod="{{pod}}"} > 0`, func(c *rolloutv1alpha1.NamedCheck) {
+	f.createRollout(withChecks(promCheck("errors", "http://prometheus:9090", `errors{pod="{{pod}}"} > 0`, func(c *rolloutv1alpha1.NamedCheck) {
 		c.Query.SecretRef = "prom-secret"
 	})))
 	key := client.ObjectKey{Namespace: f.ns, Name: SecretReaderRoleBinding}

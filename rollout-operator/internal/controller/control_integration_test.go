@@ -35,14 +35,12 @@ func (f *fixture) setAnnotation(key string, value *string) {
 }
 
 // createNamespacedRollout creates the PhasedRollout "pr" with a query naming the namespace (checksIn counts
-// this fixture's checks only), deleted when the test ends so that no later test's operator runs its
-// checks.
+// this fixture's checks only).
 func (f *fixture) createNamespacedRollout(mods ...func(*rolloutv1alpha1.PhasedRollout)) {
 	f.t.Helper()
-	pr := f.createRollout(append([]func(*rolloutv1alpha1.PhasedRollout){func(pr *rolloutv1alpha1.PhasedRollout) {
+	f.createRollout(append([]func(*rolloutv1alpha1.PhasedRollout){func(pr *rolloutv1alpha1.PhasedRollout) {
 		pr.Spec.Check.Query.Expr = `errors{namespace="{{namespace}}",pod="{{pod}}"} > 0`
 	}}, mods...)...)
-	f.t.Cleanup(func() { _ = suite.Client.Delete(context.Background(), pr) })
 }
 
 // checksIn returns the pods of the checks c ran for f's namespace, in order.

@@ -26,9 +26,11 @@ import (
 // a lost status write of a failing check, or a status written by an earlier process, must not let
 // one more pass move the partition (streak.go).
 
-// scriptedChecker answers the verdicts of its script in turn, then Fail; it records the StatefulSet's
-// partition at each answer (the partition a move made after answer i shows from answer i+1). When it
-// answers Fail, it arms failStatus: the status write of that reconcile is lost.
+// scriptedChecker answers the queries of its namespace (namespacedQuery) with the verdicts of its
+// script in turn, then Fail; it records the StatefulSet's partition at each answer (the partition a
+// move made after answer i shows from answer i+1). When it answers Fail, it arms failStatus: the
+// status write of that reconcile is lost. A query of another namespace (a rollout another test left)
+// is answered Fail and spends nothing of the script.
 type scriptedChecker struct {
 	mu         sync.Mutex
 	ns         string
@@ -37,7 +39,10 @@ type scriptedChecker struct {
 	failStatus *atomic.Bool
 }
 
-func (c *scriptedChecker) Check(ctx context.Context, _ Query) CheckResult {
+func (c *scriptedChecker) Check(ctx context.Context, q Query) CheckResult {
+	if !strings.Contains(q.Expr, `namespace="`+c.ns+`"`) {
+		return CheckResult{Verdict: VerdictFail, Message: "not this test's rollout"}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := VerdictFail
@@ -60,6 +65,15 @@ func (c *scriptedChecker) seen() []int32 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]int32(nil), c.partitions...)
+}
+
+// namespacedQuery is the streak tests' check query: it names the namespace, so that scriptedChecker
+// tells its own rollout's checks from any other's.
+const namespacedQuery = `errors{namespace="{{namespace}}",pod="{{pod}}"} > 0`
+
+// withNamespacedQuery sets spec.check's query to namespacedQuery.
+func withNamespacedQuery(pr *rolloutv1alpha1.PhasedRollout) {
+	pr.Spec.Check.Query.Expr = namespacedQuery
 }
 
 // statusFault answers 500 to the next status PATCH of the PhasedRollout "pr" in namespace ns once
@@ -106,12 +120,12 @@ func lostFailWrite(t *testing.T, mods ...func(*rolloutv1alpha1.PhasedRollout)) {
 
 // TestLostStatusWriteOfAFailBreaksTheStreak: spec.check (the seed path, step.go runCheck).
 func TestLostStatusWriteOfAFailBreaksTheStreak(t *testing.T) {
-	lostFailWrite(t)
+	lostFailWrite(t, withNamespacedQuery)
 }
 
 // TestLostStatusWriteOfAFailBreaksTheStreakOfChecks: spec.checks (checks.go runChecks).
 func TestLostStatusWriteOfAFailBreaksTheStreakOfChecks(t *testing.T) {
-	lostFailWrite(t, withChecks(promCheck("errors", "prom:9090", `errors{pod="{{pod}}"} > 0`, func(c *rolloutv1alpha1.NamedCheck) { c.SuccessThreshold = 2 })))
+	lostFailWrite(t, withChecks(promCheck("errors", "prom:9090", namespacedQuery, func(c *rolloutv1alpha1.NamedCheck) { c.SuccessThreshold = 2 })))
 }
 
 // TestRestartReEarnsTheStreak: a status that records one pass at the current partition, written by an
@@ -121,8 +135,8 @@ func TestRestartReEarnsTheStreak(t *testing.T) {
 		name string
 		mods []func(*rolloutv1alpha1.PhasedRollout)
 	}{
-		{"check", nil},
-		{"checks", []func(*rolloutv1alpha1.PhasedRollout){withChecks(promCheck("errors", "prom:9090", `errors{pod="{{pod}}"} > 0`, func(c *rolloutv1alpha1.NamedCheck) { c.SuccessThreshold = 2 }))}},
+		{"check", []func(*rolloutv1alpha1.PhasedRollout){withNamespacedQuery}},
+		{"checks", []func(*rolloutv1alpha1.PhasedRollout){withChecks(promCheck("errors", "prom:9090", namespacedQuery, func(c *rolloutv1alpha1.NamedCheck) { c.SuccessThreshold = 2 }))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, 3, 0)

@@ -102,6 +102,14 @@ func newFixture(t *testing.T, replicas, start int32) *fixture {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "rollout-"}}
 	require.NoError(t, suite.Client.Create(t.Context(), ns))
 	f := &fixture{t: t, ns: ns.Name, start: start, n: replicas}
+	// The PhasedRollout "pr" goes when the test ends, after every other cleanup (the failure reports
+	// read it): the operators of later tests reconcile every namespace, and a rollout left mid-step
+	// would have them run its checks through their checkers (a scripted checker's answers spent on
+	// another test's rollout). envtest has no namespace controller to do it.
+	t.Cleanup(func() {
+		pr := &rolloutv1alpha1.PhasedRollout{ObjectMeta: metav1.ObjectMeta{Name: "pr", Namespace: f.ns}}
+		_ = client.IgnoreNotFound(suite.Client.Delete(context.Background(), pr))
+	})
 	sts := &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: f.ns},
 		Spec: appsv1.StatefulSetSpec{
@@ -255,7 +263,8 @@ func (l *partitionLog) get() ([]int32, []time.Time) {
 	return append([]int32(nil), l.values...), append([]time.Time(nil), l.at...)
 }
 
-// createRollout creates the PhasedRollout "pr" for web with a fast check.
+// createRollout creates the PhasedRollout "pr" for web with a fast check (newFixture deletes it when the
+// test ends).
 func (f *fixture) createRollout(mods ...func(*rolloutv1alpha1.PhasedRollout)) *rolloutv1alpha1.PhasedRollout {
 	f.t.Helper()
 	pr := &rolloutv1alpha1.PhasedRollout{
