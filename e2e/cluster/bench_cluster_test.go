@@ -32,6 +32,10 @@ const clusterBenchReplacements = 50
 // clusterBenchScale is the size of the scale-up of the issue.
 const clusterBenchScale = 500
 
+// clusterBenchProfileWindow is the length of the CPU profiles of a scale-up: a little longer than the
+// operator's 0→500 (about 3 s here).
+const clusterBenchProfileWindow = 4 * time.Second
+
 // TestBenchClusterReplacement measures cluster-operator's replacement of a lost pod on kwok: a pod
 // of a 5-replica StatefulCluster is deleted and, with the default replaceTerminating (WhenNodeLost: a
 // Terminating pod on a healthy node counts until it is gone, as in a StatefulSet), the clock runs from
@@ -109,7 +113,7 @@ func TestBenchClusterReplacement(t *testing.T) {
 // podManagementPolicy Parallel, on extra kwok nodes, in pods created per second (replicas over the
 // time from the replicas change to the last pod's creation, as the test's watch saw it).
 func TestBenchClusterScaleUp(t *testing.T) {
-	startClusterOperator(t)
+	op := startClusterOperator(t)
 	framework.ScaleNodes(t, 4)
 
 	ns := framework.NewNamespace(t)
@@ -117,9 +121,14 @@ func TestBenchClusterScaleUp(t *testing.T) {
 	marks := watchClusterBenchPods(t, ns)
 	createStatefulCluster(t, ns, framework.NewStatefulCluster("big", 0))
 	waitStatefulClusterReady(t, ns, "big", 0, framework.Timeout)
+	// The profiles of the operator's and the bare client's scale-ups cover windows of the same length
+	// from their first write: the kube-apiserver's CPU in each shows what the operator's pods cost the
+	// machine beyond the bare client's (docs/performance.md).
+	profiled := framework.CPUProfiles(t, "cluster-scale-up-operator", clusterBenchProfileWindow, op)
 	start := time.Now()
 	patchStatefulCluster(t, ns, "big", fmt.Sprintf(`{"spec":{"replicas":%d}}`, clusterBenchScale))
 	require.Eventually(t, func() bool { return marks.created() == clusterBenchScale }, 5*framework.Timeout, framework.Tick, "%d pods created", clusterBenchScale)
+	profiled()
 	scRate := float64(clusterBenchScale) / marks.lastCreated().Sub(start).Seconds()
 	scTimeline := marks.timeline(start)
 	waitStatefulClusterReady(t, ns, "big", clusterBenchScale, 5*framework.Timeout)
@@ -149,7 +158,7 @@ func TestBenchClusterScaleUp(t *testing.T) {
 	require.NoError(t, err)
 	framework.WaitStatefulSetReady(t, ns2, "big", 0)
 
-	bareRate := clusterBenchBareClientScaleUp(t, framework.NewStatefulCluster("big", clusterBenchScale).Spec.Template)
+	bareRate := clusterBenchBareClientScaleUp(t, op, framework.NewStatefulCluster("big", clusterBenchScale).Spec.Template)
 
 	framework.RecordFigure(t, benchfmt.Figure{
 		Operator: "cluster", Name: fmt.Sprintf("scale-up 0->%d (pods created per second)", clusterBenchScale), Unit: "pods/s", Where: "kwok",
@@ -177,7 +186,7 @@ func TestBenchClusterScaleUp(t *testing.T) {
 // the cluster-operator's scale-up does (slow-start batches of concurrent Creates) but with nothing
 // else: no reservation write and no client-side rate limit. It returns pods created per second, timed
 // like the operator's figure (start to the watch event of the last pod), and deletes the pods again.
-func clusterBenchBareClientScaleUp(t *testing.T, template corev1.PodTemplateSpec) float64 {
+func clusterBenchBareClientScaleUp(t *testing.T, op *framework.LocalOperator, template corev1.PodTemplateSpec) float64 {
 	t.Helper()
 	cfg := rest.CopyConfig(framework.RESTConfig)
 	cfg.QPS, cfg.Burst = -1, 0 // a negative QPS switches client-go's rate limiter off
@@ -185,6 +194,7 @@ func clusterBenchBareClientScaleUp(t *testing.T, template corev1.PodTemplateSpec
 	require.NoError(t, err)
 	ns := framework.NewNamespace(t)
 	marks := watchClusterBenchPods(t, ns)
+	profiled := framework.CPUProfiles(t, "cluster-scale-up-bare-client", clusterBenchProfileWindow, op)
 	start := time.Now()
 	for created, batch := 0, 1; created < clusterBenchScale; batch *= 2 {
 		n := min(batch, clusterBenchScale-created)
@@ -206,6 +216,7 @@ func clusterBenchBareClientScaleUp(t *testing.T, template corev1.PodTemplateSpec
 	require.Eventually(t, func() bool { return marks.created() == clusterBenchScale }, 5*framework.Timeout, framework.Tick, "%d pods created", clusterBenchScale)
 	rate := float64(clusterBenchScale) / marks.lastCreated().Sub(start).Seconds()
 	t.Logf("bare client: pods seen created after %s", marks.timeline(start))
+	profiled()
 	require.NoError(t, bare.CoreV1().Pods(ns).DeleteCollection(t.Context(),
 		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}))
 	return rate

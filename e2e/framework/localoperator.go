@@ -31,6 +31,8 @@ type LocalOperator struct {
 	t        *testing.T
 	name     string
 	stateDir string
+	// pprofPort serves the process's Go profiles on loopback (CPUProfile), picked anew at each Start.
+	pprofPort int
 }
 
 // installs remembers, per operator, the one `kubectl apply` of its manifest in this test run.
@@ -91,10 +93,11 @@ func StartLocalOperator(t *testing.T, name string) *LocalOperator {
 // free at each start, not operators.All()'s fixed ones, which a concurrent `make run` may hold.
 func (o *LocalOperator) Start() {
 	o.t.Helper()
+	o.pprofPort = FreePort(o.t)
 	b := operators.Binary{
 		Name:           o.name,
 		ServiceAccount: o.name + "-system/" + o.name + "-controller-manager",
-		ProbePort:      FreePort(o.t), MetricsPort: FreePort(o.t),
+		ProbePort:      FreePort(o.t), MetricsPort: FreePort(o.t), PprofPort: o.pprofPort,
 	}
 	start := time.Now()
 	_, err := operators.Start(o.t.Context(), operators.Options{StateDir: o.stateDir, Kubeconfig: Kubeconfig}, []operators.Binary{b})

@@ -34,6 +34,8 @@ type Binary struct {
 	ProbePort, MetricsPort int
 	// WebhookPort is the loopback port of the webhook server, for binaries that serve admission webhooks.
 	WebhookPort int
+	// PprofPort, when set, is the loopback port of Go's profiling endpoints (--pprof-bind-address).
+	PprofPort int
 }
 
 // All returns every binary of statefulops as `make run` starts it. STATEFULOPS_PORT_OFFSET (an
@@ -129,6 +131,9 @@ func start(opts Options, b Binary) (int, error) {
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", b.ProbePort),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", b.MetricsPort),
 		"--zap-log-level=info",
+	}
+	if b.PprofPort != 0 {
+		args = append(args, fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", b.PprofPort))
 	}
 	if b.ServiceAccount != "" {
 		namespace, _, _ := strings.Cut(b.ServiceAccount, "/")

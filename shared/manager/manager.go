@@ -77,6 +77,7 @@ type flags struct {
 	metricsServiceName      string
 	metricsServiceNamespace string
 	probeAddr               string
+	pprofAddr               string
 	leaderElect             bool
 	leaderElectionNamespace string
 	leaderElection          LeaderElectionTimings
@@ -127,6 +128,8 @@ func NewRootCommand(opts Options) *cobra.Command {
 	fs.StringVar(&f.metricsServiceNamespace, "metrics-service-namespace", "",
 		"Namespace of --metrics-service-name; empty means POD_NAMESPACE, else the pod's own namespace, else --leader-election-namespace.")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz endpoints bind to.")
+	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0",
+		"Address Go's profiling endpoints (/debug/pprof/) bind to, e.g. 127.0.0.1:6060 reached through kubectl port-forward; 0 turns them off. They have no authentication: bind them to loopback only.")
 	fs.BoolVar(&f.leaderElect, "leader-elect", true,
 		"Elect one active replica through a Lease, so that running several replicas is safe.")
 	fs.StringVar(&f.leaderElectionNamespace, "leader-election-namespace", "",
@@ -276,6 +279,7 @@ func managerOptions(opts Options, f *flags, scheme *runtime.Scheme, d *drain) (c
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        f.probeAddr,
+		PprofBindAddress:              f.pprofAddr,
 		LeaderElection:                f.leaderElect,
 		LeaderElectionID:              opts.LeaderElectionID,
 		LeaderElectionNamespace:       f.leaderElectionNamespace,

@@ -33,7 +33,7 @@ import (
 func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
 	cfg, kubeconfig := startEnvtest(t)
 
-	probePort, metricsPort := freePort(t), freePort(t)
+	probePort, metricsPort, pprofPort := freePort(t), freePort(t), freePort(t)
 	setupCalled := make(chan ctrl.Manager, 1)
 	cmd := NewRootCommand(Options{
 		Name:             "test-operator",
@@ -50,6 +50,7 @@ func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
 		"--leader-election-namespace", "default",
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", probePort),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort),
+		fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", pprofPort),
 	})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -63,9 +64,14 @@ func TestRunServesHealthWinsLeaderElectionAndStopsCleanly(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Setup was not called")
 	}
-	for _, path := range []string{"/healthz", "/readyz"} {
+	// --pprof-bind-address serves Go's profiles (off by default: TestRootCommandHasTheKubebuilderFlagsWithTheirDefaults).
+	for _, ep := range []struct {
+		port int
+		path string
+	}{{probePort, "/healthz"}, {probePort, "/readyz"}, {pprofPort, "/debug/pprof/heap?debug=1"}} {
+		port, path := ep.port, ep.path
 		require.Eventually(t, func() bool {
-			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", probePort, path))
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
 			if err != nil {
 				return false
 			}

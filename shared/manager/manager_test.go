@@ -19,6 +19,7 @@ func TestRootCommandHasTheKubebuilderFlagsWithTheirDefaults(t *testing.T) {
 		"metrics-bind-address":      ":8443",
 		"metrics-secure":            "true",
 		"health-probe-bind-address": ":8081",
+		"pprof-bind-address":        "0",
 		"leader-elect":              "true",
 		"leader-election-namespace": "",
 		"enable-http2":              "false",
