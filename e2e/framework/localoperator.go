@@ -31,7 +31,7 @@ type LocalOperator struct {
 	t        *testing.T
 	name     string
 	stateDir string
-	// pprofPort serves the process's Go profiles on loopback (CPUProfile), picked anew at each Start.
+	// pprofPort serves the process's Go profiles on loopback (CPUProfiles), picked anew at each Start.
 	pprofPort int
 }
 

@@ -34,13 +34,20 @@ func (f *fixture) setAnnotation(key string, value *string) {
 	})
 }
 
-// createNamespacedRollout creates the PhasedRollout "pr" with a query naming the namespace (checksIn counts
-// this fixture's checks only).
+// namespacedQuery is a check query that names the namespace, so that a test's checker tells its own
+// rollout's checks from those of rollouts other tests run at the same time or left behind.
+const namespacedQuery = `errors{namespace="{{namespace}}",pod="{{pod}}"} > 0`
+
+// withNamespacedQuery sets spec.check's query to namespacedQuery.
+func withNamespacedQuery(pr *rolloutv1alpha1.PhasedRollout) {
+	pr.Spec.Check.Query.Expr = namespacedQuery
+}
+
+// createNamespacedRollout creates the PhasedRollout "pr" with namespacedQuery (checksIn counts this
+// fixture's checks only).
 func (f *fixture) createNamespacedRollout(mods ...func(*rolloutv1alpha1.PhasedRollout)) {
 	f.t.Helper()
-	f.createRollout(append([]func(*rolloutv1alpha1.PhasedRollout){func(pr *rolloutv1alpha1.PhasedRollout) {
-		pr.Spec.Check.Query.Expr = `errors{namespace="{{namespace}}",pod="{{pod}}"} > 0`
-	}}, mods...)...)
+	f.createRollout(append([]func(*rolloutv1alpha1.PhasedRollout){withNamespacedQuery}, mods...)...)
 }
 
 // checksIn returns the pods of the checks c ran for f's namespace, in order.

@@ -67,15 +67,6 @@ func (c *scriptedChecker) seen() []int32 {
 	return append([]int32(nil), c.partitions...)
 }
 
-// namespacedQuery is the streak tests' check query: it names the namespace, so that scriptedChecker
-// tells its own rollout's checks from any other's.
-const namespacedQuery = `errors{namespace="{{namespace}}",pod="{{pod}}"} > 0`
-
-// withNamespacedQuery sets spec.check's query to namespacedQuery.
-func withNamespacedQuery(pr *rolloutv1alpha1.PhasedRollout) {
-	pr.Spec.Check.Query.Expr = namespacedQuery
-}
-
 // statusFault answers 500 to the next status PATCH of the PhasedRollout "pr" in namespace ns once
 // armed, as an API server that lost the write would.
 type statusFault struct {

@@ -259,9 +259,7 @@ func TestWriterGate(t *testing.T) {
 	t.Run("the partition waits for the writer", func(t *testing.T) {
 		t.Parallel()
 		// The lease-operator acts 3 s after the request; the checks name the namespace.
-		f, sim := startWriterRollout(t, 3, "web-0", 3*time.Second, false, func(pr *rolloutv1alpha1.PhasedRollout) {
-			pr.Spec.Check.Query.Expr = `errors{namespace="{{namespace}}",pod="{{pod}}"} > 0`
-		})
+		f, sim := startWriterRollout(t, 3, "web-0", 3*time.Second, false, withNamespacedQuery)
 		checks := func() int {
 			n := 0
 			for _, q := range checker.recorded() {
