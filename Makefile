@@ -72,9 +72,10 @@ down: ## Stop the local cluster and every operator started by `make run`; leaves
 
 ##@ Test
 
-# The lines of a testify failure that say what failed (the full output is in $(CACHE)/*.log), for the
-# e2e targets' filtered output: without them a failed assertion shows only its file and line.
-TESTIFY_LINES = ^\s+(Error|Messages|expected|actual)\s*:
+# The lines that say what failed (the full output is in $(CACHE)/*.log), for the e2e targets' filtered
+# output: a testify failure's own lines (without them a failed assertion shows only its file and line)
+# and a failed test's dump of its namespace (e2e/framework/dump.go).
+FAILURE_LINES = ^\s+(Error|Messages|expected|actual)\s*:|^\s+dump\.go:
 
 .PHONY: test
 test: test-unit test-integration test-e2e ## Run every test: unit, integration (envtest) and e2e (local cluster).
@@ -89,7 +90,7 @@ test-integration: kube-bin host-deps ## Run the integration tests against a real
 
 .PHONY: test-e2e
 test-e2e: tools images images-next ## Run the e2e suites (e2e/<operator>, e2e/platform) one after another on one local cluster (real control plane + kwok nodes).
-	cd e2e && status=0 && { E2E_SHARED_CLUSTER=1 go test -p 1 -count=1 -tags e2e -timeout 50m -v ./... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:|\s+\S+_test.go)|$(TESTIFY_LINES)' || status=$${PIPESTATUS[0]}; }; \
+	cd e2e && status=0 && { E2E_SHARED_CLUSTER=1 go test -p 1 -count=1 -tags e2e -timeout 50m -v ./... 2>&1 | tee $(CACHE)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:|\s+\S+_test.go)|$(FAILURE_LINES)' || status=$${PIPESTATUS[0]}; }; \
 	  go run ./cmd/e2edown || status=1; exit $$status
 
 .PHONY: e2e-kind
@@ -111,14 +112,14 @@ FUZZTIME ?= 30s
 .PHONY: bench
 bench: tools images ## Measure every operator beside a baseline in the same run (local cluster); writes BENCHMARKS.md.
 	rm -f $(BENCH_OUT)/figures.jsonl
-	cd e2e && status=0 && { E2E_SHARED_CLUSTER=1 go test -p 1 -count=1 -tags e2e,bench -timeout 60m -v -run '^TestBench' ./... 2>&1 | tee $(CACHE)/bench.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|bench:|$(TESTIFY_LINES)' || status=$${PIPESTATUS[0]}; }; \
+	cd e2e && status=0 && { E2E_SHARED_CLUSTER=1 go test -p 1 -count=1 -tags e2e,bench -timeout 60m -v -run '^TestBench' ./... 2>&1 | tee $(CACHE)/bench.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|bench:|$(FAILURE_LINES)' || status=$${PIPESTATUS[0]}; }; \
 	  go run ./cmd/e2edown || status=1; exit $$status
 	cd e2e && go run ./cmd/benchreport -file $(ROOT)/BENCHMARKS.md -section bench -command "make bench"
 
 .PHONY: chaos
 chaos: tools images images-next ## Randomized fault campaigns with the invariant checkers (CHAOS_SCALE, CHAOS_SEED); writes BENCHMARKS.md.
 	rm -f $(BENCH_OUT)/chaos.jsonl
-	cd e2e && status=0 && { CHAOS_SCALE=$(CHAOS_SCALE) E2E_SHARED_CLUSTER=1 go test -p 1 -parallel 12 -count=1 -tags e2e -timeout 0 -v -run '^TestChaos' ./... 2>&1 | tee $(CACHE)/chaos.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|chaos:|$(TESTIFY_LINES)' || status=$${PIPESTATUS[0]}; }; \
+	cd e2e && status=0 && { CHAOS_SCALE=$(CHAOS_SCALE) E2E_SHARED_CLUSTER=1 go test -p 1 -parallel 12 -count=1 -tags e2e -timeout 0 -v -run '^TestChaos' ./... 2>&1 | tee $(CACHE)/chaos.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e:)|chaos:|$(FAILURE_LINES)' || status=$${PIPESTATUS[0]}; }; \
 	  go run ./cmd/e2edown || status=1; exit $$status
 	cd e2e && go run ./cmd/benchreport -file $(ROOT)/BENCHMARKS.md -section chaos -command "make chaos CHAOS_SCALE=$(CHAOS_SCALE)"
 

@@ -27,7 +27,8 @@ const (
 )
 
 // NewNamespace creates a namespace for one test, waits for its default ServiceAccount (pods cannot
-// be created before it exists) and deletes the namespace when the test ends.
+// be created before it exists) and deletes the namespace when the test ends; if the test failed, it
+// logs first what the namespace held (dumpOnFailure).
 func NewNamespace(t *testing.T) string {
 	t.Helper()
 	ns, err := Clientset.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{
@@ -40,6 +41,7 @@ func NewNamespace(t *testing.T) string {
 			assert.NoError(t, err)
 		}
 	})
+	dumpOnFailure(t, ns.Name) // runs before the namespace's deletion (cleanups run last first)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := Clientset.CoreV1().ServiceAccounts(ns.Name).Get(t.Context(), "default", metav1.GetOptions{})
 		assert.NoError(c, err)

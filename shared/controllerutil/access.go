@@ -26,7 +26,7 @@ type Access struct {
 func NewAccess(mgr manager.Manager, name string, o Overrides) Access {
 	return Access{
 		Client:    o.WriteClient(mgr.GetClient()),
-		Cache:     mgr.GetClient(),
+		Cache:     o.CacheReader(mgr.GetClient()),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder(name),
 		Clock:     o.PassiveClock(),

@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/utils/clock"
 	fakeclock "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
@@ -17,9 +18,14 @@ func TestOverridesDefaults(t *testing.T) {
 	if _, real := none.PassiveClock().(clock.RealClock); !real {
 		t.Error("without an override the clock is the real one")
 	}
+	cached := fakeclient.NewFakeClient()
+	if none.CacheReader(cached) != client.Reader(cached) {
+		t.Error("without an override the cache is read as it is")
+	}
 	fake := fakeclock.NewFakePassiveClock(time.Unix(0, 0))
-	with := Overrides{Client: fakeclient.NewFakeClient(), Clock: fake}
-	if with.WriteClient(nil) == nil || with.PassiveClock() != fake {
+	lagging := fakeclient.NewFakeClient()
+	with := Overrides{Client: fakeclient.NewFakeClient(), Clock: fake, Cache: func(client.Reader) client.Reader { return lagging }}
+	if with.WriteClient(nil) == nil || with.PassiveClock() != fake || with.CacheReader(cached) != client.Reader(lagging) {
 		t.Error("the overrides replace the defaults")
 	}
 }

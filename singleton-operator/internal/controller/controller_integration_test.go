@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 	"github.com/statefulops/statefulops/shared/testsupport"
 	"github.com/statefulops/statefulops/singleton-operator/internal/grant"
 )
@@ -188,6 +189,50 @@ func TestFencingNodeNotReady(t *testing.T) {
 		assert.Nil(c, findCondition(ss, singletonv1.ConditionFencingRequired))
 		assert.Equal(c, "new", ss.Status.ActivePod)
 	}, wait, tick)
+}
+
+// The cache can show the old pod gone from its node before it shows that node NotReady (the nodes'
+// and the pods' watches are separate streams), though the API server had the node NotReady first: a
+// pod force-deleted just after its node went NotReady. The release must not rest on the cached node.
+// Here the operator's cache never learns that node-b went NotReady, nor that it was fenced.
+func TestFencingDoesNotTrustALaggingNodeCache(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	ensureNode(t, "node-b", true, false)
+	t.Cleanup(func() { ensureNode(t, "node-b", true, false) })
+	ready := &corev1.Node{}
+	require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKey{Name: "node-b"}, ready))
+	startOperatorWithOptions(t, Options{Overrides: opsutil.Overrides{Cache: func(cached client.Reader) client.Reader {
+		return frozenNode{Reader: cached, node: ready}
+	}}}, nil)
+	f.createSingleton("db")
+	f.createPod("old", held(singletonv1.HoldModeWrapper), onNode("node-b"))
+	f.waitReleased("old")
+	require.Eventually(t, func() bool { return f.singleton("db").Status.ActivePodNode == "node-b" }, wait, tick)
+
+	ensureNode(t, "node-b", false, false)
+	f.createPod("new", held(singletonv1.HoldModeWrapper))
+	f.confirmStop("old") // force delete: the kubelet never confirmed
+	ss := f.waitCondition("db", singletonv1.ConditionFencingRequired, metav1.ConditionTrue)
+	assert.Contains(t, ss.Status.Message, "node-b")
+	f.neverReleased("new", time.Second)
+
+	ensureNode(t, "node-b", false, true)
+	f.waitReleased("new")
+}
+
+// frozenNode is a cache that keeps showing node as it was, whatever the API server has since.
+type frozenNode struct {
+	client.Reader
+	node *corev1.Node
+}
+
+func (r frozenNode) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if n, ok := obj.(*corev1.Node); ok && key.Name == r.node.Name {
+		r.node.DeepCopyInto(n)
+		return nil
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
 // Several held pods: exactly one is released, the newest revision.

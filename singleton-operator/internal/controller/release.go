@@ -181,19 +181,29 @@ func (r *Reconciler) reportFencing(s *scope, vanished, node string, held *corev1
 }
 
 // nodeFencedByName is nodeFenced for the node of that name (an unknown name, or a node that is gone,
-// counts as fenced as in nodeFenced).
+// counts as fenced as in nodeFenced). A node the cache shows not fenced holds the release at once. A
+// node it shows fenced is read again from the API server before that answer lets a release through:
+// the node's watch and the pods' are separate streams, so the cache can show a pod gone from a node
+// before it shows that node NotReady, though the API server had it NotReady first (a pod
+// force-deleted just after its node went NotReady). The read costs one GET on the way to a release
+// that follows a vanished pod, which the live list and the epoch reservation follow anyway.
 func (r *Reconciler) nodeFencedByName(ctx context.Context, name string) (bool, error) {
 	if name == "" {
 		return true, nil
 	}
-	node := &corev1.Node{}
-	err := r.Cache.Get(ctx, client.ObjectKey{Name: name}, node)
-	if apierrors.IsNotFound(err) {
-		return true, nil
-	} else if err != nil {
-		return false, err
+	for _, reader := range []client.Reader{r.Cache, r.APIReader} {
+		node := &corev1.Node{}
+		err := reader.Get(ctx, client.ObjectKey{Name: name}, node)
+		if apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return false, err
+		}
+		if !nodeFenced(node) {
+			return false, nil
+		}
 	}
-	return nodeFenced(node), nil
+	return true, nil
 }
 
 // releaseCandidate releases the candidate once the API server confirms that nothing else may run
