@@ -234,8 +234,9 @@ func cniConfig(l layout) string {
 
 // kubeletConfig is the KubeletConfiguration: cgroupfs on cgroup v1, no swap check, eviction and image
 // GC that leave a small disposable machine alone, a short node lease so a dead node shows within
-// seconds, the taint, x509 (the cluster CA) and webhook authentication and webhook authorization for
-// the API server's logs/exec/port-forward calls. With clusterDNS, pods (dnsPolicy ClusterFirst) get it
+// seconds, a restart back-off capped at 5s (the tests kill containers on purpose), the taint, x509
+// (the cluster CA) and webhook authentication and webhook authorization for the API server's
+// logs/exec/port-forward calls. With clusterDNS, pods (dnsPolicy ClusterFirst) get it
 // as their only nameserver and <ns>.svc.<domain>, svc.<domain>, <domain> as search domains; without it
 // the kubelet gives them the host's resolv.conf.
 func kubeletConfig(l layout, nodeIP net.IP, clusterDNS, domain string) string {
@@ -283,6 +284,10 @@ evictionHard:
   imagefs.inodesFree: "1%%"
 imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
+# The tests SIGKILL operators and webhook servers on purpose: a killed container restarts within 5s,
+# not after a back-off that doubles from 10s up to 5 minutes over the kills of one suite.
+crashLoopBackOff:
+  maxContainerRestartPeriod: 5s
 %[9]sclusterDomain: %[10]q
 resolvConf: /etc/resolv.conf
 serializeImagePulls: false

@@ -198,6 +198,7 @@ func TestConfigs(t *testing.T) {
 	assert.Equal(t, []any{map[string]any{"key": TaintKey, "value": LabelValue, "effect": "NoSchedule"}}, kubelet["registerWithTaints"])
 	assert.Equal(t, []any{"10.96.0.10"}, kubelet["clusterDNS"])
 	assert.Equal(t, "cluster.local", kubelet["clusterDomain"])
+	assert.Equal(t, map[string]any{"maxContainerRestartPeriod": "5s"}, kubelet["crashLoopBackOff"])
 	var noDNS map[string]any
 	require.NoError(t, yaml.Unmarshal([]byte(kubeletConfig(l, ip, "", "")), &noDNS))
 	assert.NotContains(t, noDNS, "clusterDNS", "pods get the host's resolv.conf")
