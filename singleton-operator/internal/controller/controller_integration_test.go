@@ -165,25 +165,7 @@ func TestSchedulingGateRelease(t *testing.T) {
 // The previous pod force-deleted from a NotReady node: hold with FencingRequired until the node is
 // tainted out-of-service.
 func TestFencingNodeNotReady(t *testing.T) {
-	f := newFixture(t)
-	watchOverlaps(t, f.ns)
-	ensureNode(t, "node-b", true, false)
-	t.Cleanup(func() { ensureNode(t, "node-b", true, false) })
-	startOperator(t, nil)
-	f.createSingleton("db")
-	f.createPod("old", held(singletonv1.HoldModeWrapper), onNode("node-b"))
-	f.waitReleased("old")
-	require.Eventually(t, func() bool { return f.singleton("db").Status.ActivePodNode == "node-b" }, wait, tick)
-
-	ensureNode(t, "node-b", false, false)
-	f.createPod("new", held(singletonv1.HoldModeWrapper))
-	f.confirmStop("old") // force delete: the kubelet never confirmed
-	ss := f.waitCondition("db", singletonv1.ConditionFencingRequired, metav1.ConditionTrue)
-	assert.Contains(t, ss.Status.Message, "node-b")
-	f.neverReleased("new", time.Second)
-
-	ensureNode(t, "node-b", false, true)
-	f.waitReleased("new")
+	f := heldUntilFenced(t, "node-b", func() Options { return Options{} })
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		ss := f.singleton("db")
 		assert.Nil(c, findCondition(ss, singletonv1.ConditionFencingRequired))
@@ -194,31 +176,42 @@ func TestFencingNodeNotReady(t *testing.T) {
 // The cache can show the old pod gone from its node before it shows that node NotReady (the nodes'
 // and the pods' watches are separate streams), though the API server had the node NotReady first: a
 // pod force-deleted just after its node went NotReady. The release must not rest on the cached node.
-// Here the operator's cache never learns that node-b went NotReady, nor that it was fenced.
+// Here the operator's cache never learns that the node went NotReady, nor that it was fenced.
 func TestFencingDoesNotTrustALaggingNodeCache(t *testing.T) {
+	heldUntilFenced(t, "node-e", func() Options {
+		ready := &corev1.Node{}
+		require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKey{Name: "node-e"}, ready))
+		return Options{Overrides: opsutil.Overrides{Cache: func(cached client.Reader) client.Reader {
+			return frozenNode{Reader: cached, node: ready}
+		}}}
+	})
+}
+
+// heldUntilFenced runs an operator with opts (made once the Ready node exists) and releases pod "old"
+// on node; then node goes NotReady, "new" is created and "old" force-deleted: "new" must stay held with
+// FencingRequired until node is tainted out-of-service, and is released then.
+func heldUntilFenced(t *testing.T, node string, opts func() Options) *fixture {
+	t.Helper()
 	f := newFixture(t)
 	watchOverlaps(t, f.ns)
-	ensureNode(t, "node-b", true, false)
-	t.Cleanup(func() { ensureNode(t, "node-b", true, false) })
-	ready := &corev1.Node{}
-	require.NoError(t, suite.Client.Get(t.Context(), client.ObjectKey{Name: "node-b"}, ready))
-	startOperatorWithOptions(t, Options{Overrides: opsutil.Overrides{Cache: func(cached client.Reader) client.Reader {
-		return frozenNode{Reader: cached, node: ready}
-	}}}, nil)
+	ensureNode(t, node, true, false)
+	t.Cleanup(func() { ensureNode(t, node, true, false) })
+	startOperatorWithOptions(t, opts(), nil)
 	f.createSingleton("db")
-	f.createPod("old", held(singletonv1.HoldModeWrapper), onNode("node-b"))
+	f.createPod("old", held(singletonv1.HoldModeWrapper), onNode(node))
 	f.waitReleased("old")
-	require.Eventually(t, func() bool { return f.singleton("db").Status.ActivePodNode == "node-b" }, wait, tick)
+	require.Eventually(t, func() bool { return f.singleton("db").Status.ActivePodNode == node }, wait, tick)
 
-	ensureNode(t, "node-b", false, false)
+	ensureNode(t, node, false, false)
 	f.createPod("new", held(singletonv1.HoldModeWrapper))
 	f.confirmStop("old") // force delete: the kubelet never confirmed
 	ss := f.waitCondition("db", singletonv1.ConditionFencingRequired, metav1.ConditionTrue)
-	assert.Contains(t, ss.Status.Message, "node-b")
+	assert.Contains(t, ss.Status.Message, node)
 	f.neverReleased("new", time.Second)
 
-	ensureNode(t, "node-b", false, true)
+	ensureNode(t, node, false, true)
 	f.waitReleased("new")
+	return f
 }
 
 // frozenNode is a cache that keeps showing node as it was, whatever the API server has since.
