@@ -22,11 +22,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
 	"github.com/statefulops/statefulops/e2e/operators"
+	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
 
 func main() {
@@ -151,6 +154,9 @@ func applySamples(ctx context.Context, k operators.Kubectl, root, stateDir strin
 		return err
 	}
 	for _, s := range samples {
+		if err := applySingletonsFirst(ctx, k, s, stateDir); err != nil {
+			return err
+		}
 		if _, err := k.Run(ctx, "apply", "-f", s); err != nil {
 			return err
 		}
@@ -170,6 +176,43 @@ func applySamples(ctx context.Context, k operators.Kubectl, root, stateDir strin
 	}
 	fmt.Printf("run: applied %d samples\n\n", len(samples))
 	return nil
+}
+
+// yamlSeparator splits a multi-document YAML file; singletonKind finds a StatefulSingleton document.
+var (
+	yamlSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+	singletonKind = regexp.MustCompile(`(?m)^kind:\s*StatefulSingleton\s*$`)
+)
+
+// applySingletonsFirst applies the StatefulSingletons of the sample file, if it has any, and waits
+// until the operator has enabled the namespace for the pod webhook: applied in the same go as their
+// workload, the workload's first pod can be admitted before that, start without a hold and be adopted
+// (docs/singleton.md, "Adopting a workload that already runs"). The demo's first pod is held instead.
+func applySingletonsFirst(ctx context.Context, k operators.Kubectl, sample, stateDir string) error {
+	raw, err := os.ReadFile(sample)
+	if err != nil {
+		return err
+	}
+	var singletons []string
+	for _, doc := range yamlSeparator.Split(string(raw), -1) {
+		if singletonKind.MatchString(doc) {
+			singletons = append(singletons, doc)
+		}
+	}
+	if len(singletons) == 0 {
+		return nil
+	}
+	first := filepath.Join(stateDir, "singletons-of-"+filepath.Base(sample))
+	if err := os.WriteFile(first, []byte(strings.Join(singletons, "\n---\n")), 0o644); err != nil {
+		return err
+	}
+	if _, err := k.Run(ctx, "apply", "-f", first); err != nil {
+		return err
+	}
+	// The samples have no namespace: they go to the kubeconfig's, "default".
+	label := strings.ReplaceAll(singletonv1.LabelNamespaceEnabled, ".", `\.`)
+	_, err = k.Run(ctx, "wait", "namespace/default", "--timeout=60s", "--for=jsonpath={.metadata.labels."+label+"}=true")
+	return err
 }
 
 // printHowTo tells the user how to reach the cluster and where each operator's logs are.
