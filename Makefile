@@ -84,11 +84,11 @@ test: test-unit test-integration test-e2e ## Run every test: unit, integration (
 test-unit: ## Run the unit tests of every module (fast, no API server).
 	for m in $(MODULES); do (cd $$m && go test -count=1 ./...); done
 
-.PHONY: test-integration
 # The rollout-operator's envtests take longest (about 12 minutes, mostly waiting out check intervals,
 # at about half a core): they run beside the other modules' envtests, which run one after another, and
 # their output follows the others'.
 SLOW_INTEGRATION := rollout-operator
+.PHONY: test-integration
 test-integration: kube-bin host-deps ## Run the integration tests against a real kube-apiserver and etcd (envtest).
 	slow=$$(mktemp) && trap 'rm -f "$$slow"' EXIT; \
 	  (cd $(SLOW_INTEGRATION) && go test -count=1 -tags integration -timeout 30m ./... >"$$slow" 2>&1) & lane=$$!; \

@@ -15,17 +15,24 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	_ "embed"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
 	"github.com/statefulops/statefulops/e2e/operators"
@@ -178,12 +185,6 @@ func applySamples(ctx context.Context, k operators.Kubectl, root, stateDir strin
 	return nil
 }
 
-// yamlSeparator splits a multi-document YAML file; singletonKind finds a StatefulSingleton document.
-var (
-	yamlSeparator = regexp.MustCompile(`(?m)^---\s*$`)
-	singletonKind = regexp.MustCompile(`(?m)^kind:\s*StatefulSingleton\s*$`)
-)
-
 // applySingletonsFirst applies the StatefulSingletons of the sample file, if it has any, and waits
 // until the operator has enabled the namespace for the pod webhook: applied in the same go as their
 // workload, the workload's first pod can be admitted before that, start without a hold and be adopted
@@ -193,9 +194,20 @@ func applySingletonsFirst(ctx context.Context, k operators.Kubectl, sample, stat
 	if err != nil {
 		return err
 	}
-	var singletons []string
-	for _, doc := range yamlSeparator.Split(string(raw), -1) {
-		if singletonKind.MatchString(doc) {
+	var singletons [][]byte
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
+	for {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return fmt.Errorf("%s: %w", sample, err)
+		}
+		var typ metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &typ); err != nil {
+			return fmt.Errorf("%s: %w", sample, err)
+		}
+		if typ.GroupVersionKind() == singletonv1.GroupVersion.WithKind("StatefulSingleton") {
 			singletons = append(singletons, doc)
 		}
 	}
@@ -203,7 +215,7 @@ func applySingletonsFirst(ctx context.Context, k operators.Kubectl, sample, stat
 		return nil
 	}
 	first := filepath.Join(stateDir, "singletons-of-"+filepath.Base(sample))
-	if err := os.WriteFile(first, []byte(strings.Join(singletons, "\n---\n")), 0o644); err != nil {
+	if err := os.WriteFile(first, bytes.Join(singletons, []byte("\n---\n")), 0o644); err != nil {
 		return err
 	}
 	if _, err := k.Run(ctx, "apply", "-f", first); err != nil {
