@@ -42,7 +42,7 @@ func (s *readinessSim) down() int {
 // With orderedReady, it replaces no pod while any pod is not Ready, as the StatefulSet controller
 // with podManagementPolicy OrderedReady (kubernetes/kubernetes#67250: a crash-looping pod blocks it).
 func (f *fixture) simulateReadiness(readyAfter time.Duration, orderedReady bool, broken ...string) *readinessSim {
-	sim := &readinessSim{log: &partitionLog{}, broken: map[string]bool{}}
+	sim := &readinessSim{log: f.watchPartitions(), broken: map[string]bool{}}
 	for _, b := range broken {
 		sim.broken[b] = true
 	}
@@ -62,10 +62,9 @@ func (f *fixture) simulateReadiness(readyAfter time.Duration, orderedReady bool,
 		}
 	})
 	go func() {
-		last := int32(-1)
 		for ctx.Err() == nil {
 			time.Sleep(tick)
-			sts, p, ok := sim.log.observe(ctx, f.ns, &last)
+			sts, p, ok := readStatefulSet(ctx, f.ns)
 			if !ok {
 				continue
 			}
@@ -127,22 +126,13 @@ func (f *fixture) simulateReadiness(readyAfter time.Duration, orderedReady bool,
 	return sim
 }
 
-// observe reads the StatefulSet "web" of ns and its partition (0 when unset), and records the
-// partition when it differs from *last, from the moment the operator manages the StatefulSet.
-func (l *partitionLog) observe(ctx context.Context, ns string, last *int32) (*appsv1.StatefulSet, int32, bool) {
+// readStatefulSet reads the StatefulSet "web" of ns and its partition (0 when unset).
+func readStatefulSet(ctx context.Context, ns string) (*appsv1.StatefulSet, int32, bool) {
 	sts := &appsv1.StatefulSet{}
 	if err := suite.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, sts); err != nil {
 		return nil, 0, false
 	}
-	p := int32(0)
-	if ru := sts.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.Partition != nil {
-		p = *ru.Partition
-	}
-	if _, managed := sts.Annotations[rolloutv1alpha1.ManagedByAnnotation]; managed && p != *last {
-		l.add(p)
-		*last = p
-	}
-	return sts, p, true
+	return sts, partitionOf(sts), true
 }
 
 // syncStatefulSetStatus plays the StatefulSet controller's status write: the spec observed, and the

@@ -19,7 +19,10 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -205,14 +208,12 @@ func (f *fixture) setPodRevision(name, revision string) {
 // simulateStatefulSetController rolls pods at or above the partition to the update revision (and
 // marks every pod on it current) until the test ends; it records every partition value it sees.
 func (f *fixture) simulateStatefulSetController() *partitionLog {
-	log := &partitionLog{}
+	log := f.watchPartitions()
 	ctx := f.t.Context()
 	go func() {
-		last := int32(-1)
 		for ctx.Err() == nil {
 			time.Sleep(tick)
-			// Record the operator's partition values, from the moment it manages the StatefulSet.
-			sts, p, ok := log.observe(ctx, f.ns, &last)
+			sts, p, ok := readStatefulSet(ctx, f.ns)
 			if !ok {
 				continue
 			}
@@ -243,11 +244,47 @@ func (f *fixture) simulateStatefulSetController() *partitionLog {
 	return log
 }
 
-// partitionLog is every partition value seen, in order, with the time it was seen.
+// partitionLog is every partition value the API server stored for the StatefulSet "web" while the
+// operator managed it, in order, with the time the watch delivered it. A watch, not the simulators'
+// polls: a poll every tick missed a value the operator kept for less than a tick (the idle partition
+// of a rollout whose first move needs no check, under a loaded CI machine).
 type partitionLog struct {
 	mu     sync.Mutex
 	values []int32
 	at     []time.Time
+}
+
+// watchPartitions starts the partition log of the fixture's StatefulSet; it stops with the test.
+func (f *fixture) watchPartitions() *partitionLog {
+	f.t.Helper()
+	l := &partitionLog{}
+	var list appsv1.StatefulSetList
+	require.NoError(f.t, suite.Client.List(f.t.Context(), &list, client.InNamespace(f.ns)))
+	last := int32(-1)
+	record := func(sts *appsv1.StatefulSet) {
+		if _, managed := sts.Annotations[rolloutv1alpha1.ManagedByAnnotation]; sts.Name == "web" && managed && partitionOf(sts) != last {
+			last = partitionOf(sts)
+			l.add(last)
+		}
+	}
+	for i := range list.Items {
+		record(&list.Items[i])
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(f.t.Context(), list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			return suite.Client.Watch(ctx, &appsv1.StatefulSetList{}, &client.ListOptions{Namespace: f.ns, Raw: &options})
+		},
+	})
+	require.NoError(f.t, err)
+	f.t.Cleanup(w.Stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			if sts, ok := ev.Object.(*appsv1.StatefulSet); ok && ev.Type != watch.Deleted {
+				record(sts)
+			}
+		}
+	}()
+	return l
 }
 
 func (l *partitionLog) add(p int32) {

@@ -98,12 +98,11 @@ func (s *writerSim) get() (rolled, violations, moves []string) {
 }
 
 func (f *fixture) simulateWriter(readyAfter, actAfter time.Duration, leaseDown bool) *writerSim {
-	sim := &writerSim{log: &partitionLog{}}
+	sim := &writerSim{log: f.watchPartitions()}
 	ctx := f.t.Context()
 	rolledAt := map[string]time.Time{}
 	var askedAt time.Time
 	go func() {
-		last := int32(-1)
 		for ctx.Err() == nil {
 			time.Sleep(tick)
 			lock := &leasev1.StatefulSetLock{}
@@ -131,7 +130,7 @@ func (f *fixture) simulateWriter(readyAfter, actAfter time.Duration, leaseDown b
 			}
 			// The StatefulSet read after the lock: a partition the operator lowered after the writer
 			// moved is always seen with the writer moved.
-			sts, p, ok := sim.log.observe(ctx, f.ns, &last)
+			sts, p, ok := readStatefulSet(ctx, f.ns)
 			if !ok {
 				continue
 			}
