@@ -24,7 +24,7 @@ import (
 // kubelet would see it: every pod at or above the partition on another revision is rolled at once
 // (relabelled and not Ready), becomes Ready readyAfter later unless its revision is broken (a
 // crash-looping image), and a deleted pod is recreated (at the update revision at or above the
-// partition, at the current revision below it). It records the partition values and the most pods
+// partition, at the current revision below it). It keeps the partition log (watchPartitions) and the most pods
 // it saw not Ready at once.
 type readinessSim struct {
 	log     *partitionLog

@@ -206,7 +206,7 @@ func (f *fixture) setPodRevision(name, revision string) {
 }
 
 // simulateStatefulSetController rolls pods at or above the partition to the update revision (and
-// marks every pod on it current) until the test ends; it records every partition value it sees.
+// marks every pod on it current) until the test ends; its log (watchPartitions) holds every partition value.
 func (f *fixture) simulateStatefulSetController() *partitionLog {
 	log := f.watchPartitions()
 	ctx := f.t.Context()
