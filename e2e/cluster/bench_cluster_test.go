@@ -45,7 +45,7 @@ const clusterBenchProfileWindow = 4 * time.Second
 // under a second. The identity checker of TestStatefulCluster counts reused identities and
 // over-creations (must be 0).
 func TestBenchClusterReplacement(t *testing.T) {
-	startClusterOperator(t)
+	op := startClusterOperator(t)
 	const replicas = 5
 
 	ns := framework.NewNamespace(t)
@@ -56,6 +56,9 @@ func TestBenchClusterReplacement(t *testing.T) {
 	createStatefulCluster(t, ns, sc)
 	waitStatefulClusterReady(t, ns, "rep", replicas, framework.Timeout)
 	var samples []float64
+	// CPU profiles over each side's replacements: the operator's and the kube-apiserver's, then the
+	// kube-apiserver's while the StatefulSet controller replaces (docs/performance.md).
+	profiled := framework.CPUProfilesUntil(t, "cluster-replacement-operator", op.Profiled())
 	for i := range clusterBenchReplacements {
 		live := livePods(t, ns, "rep")
 		victim := live[sortedNames(live)[i%replicas]]
@@ -68,6 +71,7 @@ func TestBenchClusterReplacement(t *testing.T) {
 		samples = append(samples, framework.LeaseBenchMillis(created.Sub(gone)))
 		waitStatefulClusterReady(t, ns, "rep", replicas, framework.Timeout)
 	}
+	profiled()
 	names, reuses, over := c.counts()
 	assert.Equal(t, replicas+clusterBenchReplacements, names, "one new identity per lost pod")
 
@@ -85,6 +89,7 @@ func TestBenchClusterReplacement(t *testing.T) {
 	require.NoError(t, err)
 	framework.WaitStatefulSetReady(t, ns2, "rep", replicas)
 	var baseline []float64
+	profiled = framework.CPUProfilesUntil(t, "cluster-replacement-statefulset")
 	for i := range clusterBenchReplacements {
 		victim := framework.GetPod(t, ns2, fmt.Sprintf("rep-%d", i%replicas))
 		require.NoError(t, framework.Clientset.CoreV1().Pods(ns2).Delete(t.Context(), victim.Name, metav1.DeleteOptions{}))
@@ -96,6 +101,7 @@ func TestBenchClusterReplacement(t *testing.T) {
 		baseline = append(baseline, framework.LeaseBenchMillis(created.Sub(gone)))
 		framework.WaitStatefulSetReady(t, ns2, "rep", replicas)
 	}
+	profiled()
 
 	framework.RecordFigure(t, benchfmt.Figure{
 		Operator: "cluster", Name: "replacement (pod observed lost -> replacement created)", Unit: "ms", Where: "kwok",
@@ -124,7 +130,7 @@ func TestBenchClusterScaleUp(t *testing.T) {
 	// The profiles of the operator's and the bare client's scale-ups cover windows of the same length
 	// from their first write: the kube-apiserver's CPU in each shows what the operator's pods cost the
 	// machine beyond the bare client's (docs/performance.md).
-	profiled := framework.CPUProfiles(t, "cluster-scale-up-operator", clusterBenchProfileWindow, op)
+	profiled := framework.CPUProfiles(t, "cluster-scale-up-operator", clusterBenchProfileWindow, op.Profiled())
 	start := time.Now()
 	patchStatefulCluster(t, ns, "big", fmt.Sprintf(`{"spec":{"replicas":%d}}`, clusterBenchScale))
 	require.Eventually(t, func() bool { return marks.created() == clusterBenchScale }, 5*framework.Timeout, framework.Tick, "%d pods created", clusterBenchScale)
@@ -194,7 +200,7 @@ func clusterBenchBareClientScaleUp(t *testing.T, op *framework.LocalOperator, te
 	require.NoError(t, err)
 	ns := framework.NewNamespace(t)
 	marks := watchClusterBenchPods(t, ns)
-	profiled := framework.CPUProfiles(t, "cluster-scale-up-bare-client", clusterBenchProfileWindow, op)
+	profiled := framework.CPUProfiles(t, "cluster-scale-up-bare-client", clusterBenchProfileWindow, op.Profiled())
 	start := time.Now()
 	for created, batch := 0, 1; created < clusterBenchScale; batch *= 2 {
 		n := min(batch, clusterBenchScale-created)

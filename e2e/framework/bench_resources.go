@@ -55,6 +55,7 @@ type ResOperator struct {
 	Family, Name string
 	PID          int
 	MetricsPort  int
+	PprofPort    int // its --pprof-bind-address port, 0 without one
 	Namespace    string
 	WritesNote   string // appended to the note of its writes-at-rest figure
 }
@@ -84,6 +85,26 @@ func ResProcessIn(t *testing.T, stateDir, name string) (pid, metricsPort int) {
 	require.NotZero(t, metricsPort, "%s has a metrics port", name)
 	return pid, metricsPort
 }
+
+// ResPprofPort returns the port of the process's --pprof-bind-address, or 0 if it has none.
+func ResPprofPort(t *testing.T, pid int) int {
+	t.Helper()
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	require.NoError(t, err)
+	for _, arg := range strings.Split(string(cmdline), "\x00") {
+		if addr, ok := strings.CutPrefix(arg, "--pprof-bind-address="); ok {
+			if _, port, ok := strings.Cut(addr, ":"); ok {
+				n, err := strconv.Atoi(port)
+				require.NoError(t, err)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// Profiled is the process's profiling endpoint (CPUProfiles).
+func (o *ResOperator) Profiled() Profiled { return Profiled{Name: o.Name, Port: o.PprofPort} }
 
 // ResFastClient is an admin clientset without client-side rate limits, for the bulk creations.
 func ResFastClient(t *testing.T) kubernetes.Interface {

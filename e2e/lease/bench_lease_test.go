@@ -34,7 +34,7 @@ const leaseBenchFailovers = 50
 // same pod's endpoint not ready in a Service's EndpointSlice (the routing change Kubernetes itself
 // makes when a pod stops being Ready). The checker of TestLease counts instants with two writers.
 func TestBenchLeaseFailover(t *testing.T) {
-	startLeaseOperator(t)
+	op := startLeaseOperator(t)
 	ns := framework.NewNamespace(t)
 	readinessKeeper(t, ns)
 	c := watchLease(t, ns)
@@ -53,6 +53,8 @@ func TestBenchLeaseFailover(t *testing.T) {
 
 	var latencies, baseline, writes, roleWrites []float64
 	var events int
+	// CPU profiles of the operator and the kube-apiserver over the failovers (docs/performance.md).
+	profiled := framework.CPUProfilesUntil(t, "lease-failover", op.Profiled())
 	for i := range leaseBenchFailovers {
 		old, before, p0, l0, k0 := c.snapshot()
 		e0 := marks.eventCount()
@@ -80,6 +82,7 @@ func TestBenchLeaseFailover(t *testing.T) {
 		require.Eventually(t, func() bool { return marks.ready(old) && marks.endpointReady(old) }, framework.Timeout, 10*time.Millisecond, "%s Ready again", old)
 		rolesSettled(t, ns)
 	}
+	profiled()
 	_, transitions := leaseState(t, ns, "db-lock-lease")
 	assert.EqualValues(t, leaseBenchFailovers+1, transitions, "one Lease transition per failover, plus the initial election")
 

@@ -46,8 +46,8 @@ func TestBenchSingletonHandover(t *testing.T) {
 	// It then waits until no pod labelled app.kubernetes.io/name=singleton-operator is left, which the
 	// webhook-server's pods also are: they are parked first.
 	require.NoError(t, framework.InstallManifestOnce("singleton-operator"))
-	startBenchLocalWebhook(t)
-	framework.StartLocalOperator(t, "singleton-operator")
+	_, webhook := startBenchLocalWebhook(t)
+	op := framework.StartLocalOperator(t, "singleton-operator")
 	fast := benchFastClient(t)
 
 	t.Run("controller-attributable", func(t *testing.T) {
@@ -57,6 +57,9 @@ func TestBenchSingletonHandover(t *testing.T) {
 		prev := benchCreateSingletonPod(t, fast, ns, 0)
 		clock.wait(t, prev, "released", func(p benchPodTimes) bool { return !p.released.IsZero() })
 		var samples []float64
+		// CPU profiles of the operator, the webhook-server and the kube-apiserver over the handovers
+		// (docs/performance.md).
+		profiled := framework.CPUProfilesUntil(t, "singleton-handover", op.Profiled(), webhook)
 		for i := range benchHandovers {
 			next := benchCreateSingletonPod(t, fast, ns, (i+1)%3)
 			// The held pod runs (kwok) and the operator has seen it before the old pod goes.
@@ -66,6 +69,7 @@ func TestBenchSingletonHandover(t *testing.T) {
 			samples = append(samples, benchMs(clock.get(next).released.Sub(clock.get(prev).deleted)))
 			prev = next
 		}
+		profiled()
 		framework.RecordFigure(t, benchfmt.Figure{
 			Operator: "singleton", Name: "controller-attributable handover (old pod gone -> release written)", Unit: "ms", Where: "kwok",
 			Samples: samples,

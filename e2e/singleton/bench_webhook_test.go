@@ -54,7 +54,7 @@ const (
 // pods: the full mutation) beside the same pods in a namespace it does not cover (no webhook call).
 func TestBenchWebhookAdmission(t *testing.T) {
 	framework.Install(t)
-	port := startBenchLocalWebhook(t)
+	port, webhook := startBenchLocalWebhook(t)
 	fast := benchFastClient(t)
 
 	covered := framework.NewNamespace(t)
@@ -77,11 +77,15 @@ func TestBenchWebhookAdmission(t *testing.T) {
 	benchCreatePods(t, fast, minimal)
 	before, beforeMinimal := benchWebhookHistogram(t, benchWebhookName), benchWebhookHistogram(t, benchMinimalWebhookName)
 	var withWebhook, without, withMinimal []float64
+	// CPU profiles of the webhook-server and the kube-apiserver over the rounds (docs/performance.md);
+	// the minimal webhook runs inside the test process, which is not profiled.
+	profiled := framework.CPUProfilesUntil(t, "webhook-admission", webhook)
 	for range benchWebhookRounds {
 		withWebhook = append(withWebhook, benchCreatePods(t, fast, covered)...)
 		without = append(without, benchCreatePods(t, fast, uncovered)...)
 		withMinimal = append(withMinimal, benchCreatePods(t, fast, minimal)...)
 	}
+	profiled()
 	apiServer := benchHistogramSamples(before, benchWebhookHistogram(t, benchWebhookName))
 	apiServerMinimal := benchHistogramSamples(beforeMinimal, benchWebhookHistogram(t, benchMinimalWebhookName))
 	require.Len(t, apiServer, benchWebhookRounds*benchWebhookConcurrency, "the API server observed one webhook call per pod created in the covered namespace")
@@ -125,13 +129,16 @@ func TestBenchWebhookAdmission(t *testing.T) {
 // webhook-server Deployment parked: on kwok nodes its pods do not run, and on the real node its
 // certificate rotator would inject its own CA into the configuration. Everything is restored when the
 // test ends. It returns the webhook's port.
-func startBenchLocalWebhook(t *testing.T) int {
+func startBenchLocalWebhook(t *testing.T) (port int, profiled framework.Profiled) {
 	t.Helper()
 	scaleWebhook(t, 0)
 	t.Cleanup(func() { scaleWebhook(t, 2) })
 
 	stateDir := filepath.Join(filepath.Dir(framework.Kubeconfig), "webhook-bench")
-	b := operators.Binary{Name: "webhook-server", ProbePort: framework.FreePort(t), MetricsPort: framework.FreePort(t), WebhookPort: framework.FreePort(t)}
+	b := operators.Binary{
+		Name: "webhook-server", ProbePort: framework.FreePort(t), MetricsPort: framework.FreePort(t), WebhookPort: framework.FreePort(t),
+		PprofPort: framework.FreePort(t),
+	}
 	t.Cleanup(func() { assert.NoError(t, operators.Stop(context.Background(), stateDir, 15*time.Second, b.Name)) })
 	_, err := operators.Start(t.Context(), operators.Options{StateDir: stateDir, Kubeconfig: framework.Kubeconfig}, []operators.Binary{b})
 	require.NoError(t, err)
@@ -164,7 +171,7 @@ func startBenchLocalWebhook(t *testing.T) int {
 		})
 	})
 	t.Logf("webhook-server runs locally at %s (log %s)", url, operators.LogPath(stateDir, b.Name))
-	return b.WebhookPort
+	return b.WebhookPort, framework.Profiled{Name: b.Name, Port: b.PprofPort}
 }
 
 // benchFastClient is an admin clientset without client-side rate limiting: the shared client's
