@@ -219,6 +219,12 @@ func singletonScaleHandovers(t *testing.T, fast client.Client, c kubernetes.Inte
 		}
 		splits.release = append(splits.release, framework.LeaseBenchMillis(h.released.Sub(h.deleted)))
 		splits.ready = append(splits.ready, framework.LeaseBenchMillis(h.serving.Sub(h.released)))
+		if len(objs) == 1 { // where one change's time went, beside the operator's "Released pod" line
+			t.Logf("handover of %s: old pod terminating → DELETED %.1f ms (kwok); terminating → replacement first seen %.1f ms "+
+				"(the ReplicaSet controller, the webhook); DELETED → released %.1f ms; released → Ready %.1f ms",
+				o.group(), framework.LeaseBenchMillis(h.deleted.Sub(h.terminating)), framework.LeaseBenchMillis(h.seen.Sub(h.terminating)),
+				framework.LeaseBenchMillis(h.released.Sub(h.deleted)), framework.LeaseBenchMillis(h.serving.Sub(h.released)))
+		}
 	}
 	singletonScaleWaitAtRest(t, fast, marks, objs)
 	return out
@@ -276,8 +282,8 @@ func singletonScaleDelete(t *testing.T, fast client.Client, ns string) {
 
 // singletonScaleHandover is what the watch saw of one handover, in the test's clock.
 type singletonScaleHandover struct {
-	terminating, deleted time.Time // the old pod: first event with a deletionTimestamp, DELETED event
-	released, serving    time.Time // the replacement: first event with the epoch annotation, first released and Ready
+	terminating, deleted    time.Time // the old pod: first event with a deletionTimestamp, DELETED event
+	seen, released, serving time.Time // the replacement: first event, first with the epoch annotation, first released and Ready
 }
 
 // singletonScalePods follows the bench's pods cluster-wide: per singleton (its Deployment's pods,
@@ -288,6 +294,7 @@ type singletonScalePods struct {
 	live          map[string]map[string]bool // ns/app -> its pods not yet DELETED
 	released      map[string]map[string]bool // ns/app -> its pods seen with the epoch annotation, not yet DELETED
 	servingPods   map[string]string          // ns/app -> its pod released, Ready and without deletionTimestamp
+	seenAt        map[string]time.Time       // ns/pod: first event
 	terminatingAt map[string]time.Time       // ns/pod: first event with a deletionTimestamp
 	deletedAt     map[string]time.Time       // ns/pod: DELETED event
 	releasedAt    map[string]time.Time       // ns/pod: first event with the epoch annotation
@@ -301,7 +308,7 @@ type singletonScalePods struct {
 func watchSingletonScalePods(t *testing.T) *singletonScalePods {
 	t.Helper()
 	m := &singletonScalePods{live: map[string]map[string]bool{}, released: map[string]map[string]bool{},
-		servingPods: map[string]string{}, terminatingAt: map[string]time.Time{}, deletedAt: map[string]time.Time{},
+		servingPods: map[string]string{}, seenAt: map[string]time.Time{}, terminatingAt: map[string]time.Time{}, deletedAt: map[string]time.Time{},
 		releasedAt: map[string]time.Time{}, servingAt: map[string]time.Time{}}
 	framework.WatchPods(t, "", singletonScaleLabel+"=true", func(typ watch.EventType, pod *corev1.Pod) { m.observe(typ, pod, time.Now()) })
 	return m
@@ -326,6 +333,9 @@ func (m *singletonScalePods) observe(typ watch.EventType, pod *corev1.Pod, now t
 		}
 	} else {
 		m.live[group][pod.Name] = true
+		if m.seenAt[key].IsZero() {
+			m.seenAt[key] = now
+		}
 		if hasEpoch && !m.released[group][pod.Name] {
 			if len(m.released[group]) > 0 {
 				m.double++
@@ -401,7 +411,7 @@ func (m *singletonScalePods) handover(o singletonScaleObject, old string) (singl
 	}
 	nextKey := o.ns + "/" + next
 	return singletonScaleHandover{terminating: m.terminatingAt[oldKey], deleted: m.deletedAt[oldKey],
-		released: m.releasedAt[nextKey], serving: m.servingAt[nextKey]}, true
+		seen: m.seenAt[nextKey], released: m.releasedAt[nextKey], serving: m.servingAt[nextKey]}, true
 }
 
 // counts returns the instants with two released pods of one singleton, the releases and the
