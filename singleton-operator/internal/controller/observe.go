@@ -170,7 +170,9 @@ func (r *Reconciler) rank(ctx context.Context, pod *corev1.Pod) int64 {
 // matchLabels, or when a pod of the namespace matches both.
 func (r *Reconciler) selectorWinner(ctx context.Context, ss *singletonv1.StatefulSingleton) (string, error) {
 	var list singletonv1.StatefulSingletonList
-	if err := r.Cache.List(ctx, &list, client.InNamespace(ss.Namespace)); err != nil {
+	// Read only, so without the cache's deep copies: every reconcile runs this over the namespace's every
+	// StatefulSingleton (TestBenchSingletonScale's profile at 1,000).
+	if err := r.Cache.List(ctx, &list, client.InNamespace(ss.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return "", err
 	}
 	mine, err := metav1.LabelSelectorAsSelector(&ss.Spec.Selector)

@@ -172,7 +172,9 @@ func (r *Reconciler) podHandler() handler.EventHandler {
 
 func (r *Reconciler) singletonsOfPod(ctx context.Context, obj client.Object) []reconcile.Request {
 	var list singletonv1.StatefulSingletonList
-	if err := r.Cache.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
+	// Read only, so without the cache's deep copies: this runs at every pod event and lists the
+	// namespace's every StatefulSingleton (TestBenchSingletonScale's profile at 1,000).
+	if err := r.Cache.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	var reqs []reconcile.Request
@@ -204,7 +206,7 @@ func nodeFencingChanged() predicate.Predicate {
 // released on the exit of a pod that ran there (fencing).
 func (r *Reconciler) singletonsOfNode(ctx context.Context, obj client.Object) []reconcile.Request {
 	var list singletonv1.StatefulSingletonList
-	if err := r.Cache.List(ctx, &list); err != nil {
+	if err := r.Cache.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil { // read only
 		return nil
 	}
 	var reqs []reconcile.Request
