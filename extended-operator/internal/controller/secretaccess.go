@@ -48,7 +48,7 @@ func newSecretAccess(c client.Client, apiReader client.Reader, subject rbacv1.Su
 		Purpose: "lets extended-operator read the Secrets the ExtendedStatefulSets in this namespace reference; deleted when none is left",
 		Needed: func(ctx context.Context, namespace string) (bool, error) {
 			var list extendedv1alpha1.ExtendedStatefulSetList
-			if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			if err := c.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil { // read only
 				return false, err
 			}
 			return slices.ContainsFunc(list.Items, func(e extendedv1alpha1.ExtendedStatefulSet) bool {

@@ -47,7 +47,7 @@ func newRolloutSecretAccess(c client.Client, apiReader client.Reader, clusterRol
 		Purpose: "lets rollout-operator read the Secrets named by check.query.secretRef or check.webhook.secretRef of the PhasedRollouts in this namespace; deleted when none is left",
 		Needed: func(ctx context.Context, namespace string) (bool, error) {
 			var list rolloutv1alpha1.PhasedRolloutList
-			if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+			if err := c.List(ctx, &list, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil { // read only
 				return false, err
 			}
 			return slices.ContainsFunc(list.Items, func(pr rolloutv1alpha1.PhasedRollout) bool {
