@@ -229,7 +229,8 @@ func RecordScaleFigures(t *testing.T, f ScaleFigures, small, large ScaleResult) 
 		Operator: f.Operator, Name: fmt.Sprintf("%s while the others are at rest, %d %s", f.Change, large.Objects, f.Plural),
 		Unit: "ms", Where: "kwok", Samples: large.Singles, Baseline: at(small.Objects), BaselineSamples: small.Singles,
 		Targets: []benchfmt.Target{benchfmt.AtMost("ratio99", 2)},
-		Note:    fmt.Sprintf("%d changes of %s drawn at random, one after another. %s %s", ScaleSingles, f.Plural, f.ChangeNote, f.Invariant),
+		Note: fmt.Sprintf("%d changes of %s drawn at random, one after another, the first once the API server has seen no write for 10 s "+
+			"(Lease renewals, node heartbeats and the bench's scrapes aside) after the objects settled. %s %s", ScaleSingles, f.Plural, f.ChangeNote, f.Invariant),
 	})
 	RecordFigure(t, benchfmt.Figure{
 		Operator: f.Operator, Name: fmt.Sprintf("%d %s (10 %% of %d %s)", large.Objects/10, f.Changes, large.Objects, f.Plural),
