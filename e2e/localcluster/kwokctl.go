@@ -109,16 +109,6 @@ func (k *kwokctl) apiServerArgs() [][2]string {
 	}
 }
 
-// controlPlaneClientArgs lift the client-side rate limits of kube-controller-manager and kube-scheduler
-// (20 and 50 requests/s by default), as managed control planes size them for their clusters. With the
-// defaults, the workload controllers the operators build on throttled themselves: in
-// TestBenchRolloutScale kube-controller-manager's pod creations waited 240 ms on average in its own rate
-// limiter (rest_client_rate_limiter_duration_seconds), so the benches measured that throttle, not the
-// operators, and a change right after 1,000 objects settled waited behind its backlog. The API
-// server's own protection, priority and fairness, stays as it is (unlike kwokctl's
-// --disable-qps-limits, which turns it off too).
-var controlPlaneClientArgs = [][2]string{{"kube-api-qps", "5000"}, {"kube-api-burst", "10000"}}
-
 // serviceCIDR is the Service ClusterIP range; kubernetesServiceIP, its first address, is the
 // ClusterIP of the default/kubernetes Service, through which pods reach the API server.
 const (
@@ -157,12 +147,6 @@ func (k *kwokctl) config() []byte {
 	b.WriteString("componentsPatches:\n- name: kube-apiserver\n  extraArgs:\n")
 	for _, arg := range k.apiServerArgs() {
 		fmt.Fprintf(&b, "  - key: %q\n    value: %q\n", arg[0], arg[1])
-	}
-	for _, component := range []string{"kube-controller-manager", "kube-scheduler"} {
-		fmt.Fprintf(&b, "- name: %s\n  extraArgs:\n", component)
-		for _, arg := range controlPlaneClientArgs {
-			fmt.Fprintf(&b, "  - key: %q\n    value: %q\n", arg[0], arg[1])
-		}
 	}
 	// The volume provisioner is a component of the cluster: kwokctl starts it with the others, records
 	// its pid and log beside theirs, and stops it on delete.
