@@ -67,6 +67,21 @@ func (r *Reconciler) releaseOnExit(ctx context.Context, s *scope, pred *corev1.P
 		return nil // the cache is behind: the events that brought it up to date reconcile again
 	}
 	if len(live.blocking) == 0 {
+		// Nothing blocks any more: pred's exit report was accepted meanwhile, or pred is gone. Gone is
+		// no exit when it vanished from a node that never confirmed the stop (force-deleted from a
+		// NotReady node after the cache showed it terminating): its process may still run there, so
+		// the candidate waits for fencing as after any vanished pod (waitForFencing, from the next
+		// reconcile on; the epoch reserved here is skipped).
+		if !slices.ContainsFunc(live.all, func(p *corev1.Pod) bool { return p.UID == pred.UID }) {
+			fenced, err := r.nodeFencedByName(ctx, pred.Spec.NodeName)
+			if err != nil {
+				return err
+			}
+			if !fenced {
+				r.reportFencing(s, pred.Name, pred.Spec.NodeName, cand)
+				return nil
+			}
+		}
 		return r.release(ctx, s, live.candidate, epoch)
 	}
 	if len(live.blocking) != 1 || live.blocking[0].UID != pred.UID || live.blocking[0].DeletionTimestamp.IsZero() {

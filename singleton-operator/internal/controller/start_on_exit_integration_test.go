@@ -13,11 +13,13 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
+	opsutil "github.com/statefulops/statefulops/shared/controllerutil"
 	"github.com/statefulops/statefulops/shared/testsupport"
 	"github.com/statefulops/statefulops/singleton-operator/internal/grant"
 )
@@ -210,4 +212,82 @@ func TestReleaseOnExitVanishedFromUnreadyNodeNeedsFencing(t *testing.T) {
 
 	ensureNode(t, "node-d", false, true)
 	f.waitReleased("third")
+}
+
+// The predecessor force-deleted from a NotReady node while the cache still shows it terminating: the
+// release on its exit then finds it gone in the live list. Gone from a node that never confirmed the
+// stop is not an exit, so the candidate waits for fencing as after any vanished pod, and is released
+// once the node is tainted out-of-service. (Found by TestSingletonFailures on the local cluster: the
+// candidate was released outright, the old pod's node still NotReady.)
+func TestReleaseOnExitPredecessorGoneFromUnreadyNodeNeedsFencing(t *testing.T) {
+	f := newFixture(t)
+	watchOverlaps(t, f.ns)
+	ensureNode(t, "node-f", true, false)
+	t.Cleanup(func() { ensureNode(t, "node-f", true, false) })
+	lag := &terminatingPodCache{}
+	startOperatorWithOptions(t, Options{Exits: grant.NewExits(), Overrides: opsutil.Overrides{Cache: func(cached client.Reader) client.Reader {
+		lag.Reader = cached
+		return lag
+	}}}, nil)
+	f.createSingleton("db")
+	f.createPod("old", releasedAt(1), exitReporting(f), onNode("node-f"))
+	require.Eventually(t, func() bool { return f.singleton("db").Status.ActivePodNode == "node-f" }, wait, tick)
+	f.createPod("new", held(singletonv1.HoldModeWrapper), exitReporting(f))
+	f.setWaitingForGrant("new")
+	ensureNode(t, "node-f", false, false)
+
+	// From now on the cache shows "old" terminating, while the API server has it running, then gone at
+	// once (a force deletion): the live list of the release on its exit never sees it terminating.
+	raw := []byte(`{"metadata":{"finalizers":null}}`)
+	require.NoError(t, suite.Client.Patch(t.Context(), f.pod("old"), client.RawPatch(types.MergePatchType, raw)))
+	old := f.pod("old")
+	old.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	lag.show(old)
+	f.confirmStop("old")
+	ss := f.waitCondition("db", singletonv1.ConditionFencingRequired, metav1.ConditionTrue)
+	assert.Contains(t, ss.Status.Message, "node-f")
+	f.neverReleased("new", time.Second)
+
+	lag.show(nil) // the cache catches up: still no stop confirmed
+	f.neverReleased("new", time.Second)
+	ensureNode(t, "node-f", false, true)
+	f.waitReleased("new")
+}
+
+// terminatingPodCache is a cache that keeps showing one pod, as it was given, after the API server
+// has removed it: its watch event is late.
+type terminatingPodCache struct {
+	client.Reader
+	mu  sync.Mutex
+	pod *corev1.Pod
+}
+
+func (c *terminatingPodCache) show(pod *corev1.Pod) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pod = pod
+}
+
+func (c *terminatingPodCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := c.Reader.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	pods, ok := list.(*corev1.PodList)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !ok || c.pod == nil {
+		return nil
+	}
+	o := (&client.ListOptions{}).ApplyOptions(opts)
+	if o.Namespace != "" && o.Namespace != c.pod.Namespace || o.LabelSelector != nil && !o.LabelSelector.Matches(labels.Set(c.pod.Labels)) {
+		return nil
+	}
+	for i := range pods.Items {
+		if pods.Items[i].UID == c.pod.UID {
+			c.pod.DeepCopyInto(&pods.Items[i])
+			return nil
+		}
+	}
+	pods.Items = append(pods.Items, *c.pod.DeepCopy())
+	return nil
 }
