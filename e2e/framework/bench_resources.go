@@ -73,15 +73,7 @@ func ResProcessIn(t *testing.T, stateDir, name string) (pid, metricsPort int) {
 	require.NoError(t, err)
 	pid, err = strconv.Atoi(strings.TrimSpace(string(raw)))
 	require.NoError(t, err)
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	require.NoError(t, err)
-	for _, arg := range strings.Split(string(cmdline), "\x00") {
-		if addr, ok := strings.CutPrefix(arg, "--metrics-bind-address="); ok {
-			_, port, _ := strings.Cut(addr, ":")
-			metricsPort, err = strconv.Atoi(port)
-			require.NoError(t, err)
-		}
-	}
+	metricsPort = resFlagPort(t, pid, "metrics-bind-address")
 	require.NotZero(t, metricsPort, "%s has a metrics port", name)
 	return pid, metricsPort
 }
@@ -89,15 +81,20 @@ func ResProcessIn(t *testing.T, stateDir, name string) (pid, metricsPort int) {
 // ResPprofPort returns the port of the process's --pprof-bind-address, or 0 if it has none.
 func ResPprofPort(t *testing.T, pid int) int {
 	t.Helper()
+	return resFlagPort(t, pid, "pprof-bind-address")
+}
+
+// resFlagPort returns the port of the process's --<flag>=host:port, or 0 if it has none.
+func resFlagPort(t *testing.T, pid int, flag string) int {
+	t.Helper()
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	require.NoError(t, err)
 	for _, arg := range strings.Split(string(cmdline), "\x00") {
-		if addr, ok := strings.CutPrefix(arg, "--pprof-bind-address="); ok {
-			if _, port, ok := strings.Cut(addr, ":"); ok {
-				n, err := strconv.Atoi(port)
-				require.NoError(t, err)
-				return n
-			}
+		if addr, ok := strings.CutPrefix(arg, "--"+flag+"="); ok {
+			_, port, _ := strings.Cut(addr, ":")
+			n, err := strconv.Atoi(port)
+			require.NoError(t, err)
+			return n
 		}
 	}
 	return 0

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -228,9 +227,8 @@ func (r *Reconciler) reconcileActive(ctx context.Context, s *scope) error {
 	// the node is fenced (waitForFencing reads it), also when another pod is active meanwhile: e.g. a pod
 	// released on its predecessor's exit, force-deleted from a partitioned node while the predecessor
 	// was still terminating.
-	if uid := s.status.ActivePodUID; uid != "" && uid != string(pods.active[0].UID) &&
-		!slices.ContainsFunc(pods.all, func(p *corev1.Pod) bool { return string(p.UID) == uid }) {
-		if fenced, err := r.nodeFencedByName(ctx, s.status.ActivePodNode); err != nil || !fenced {
+	if uid := s.status.ActivePodUID; uid != "" && uid != string(pods.active[0].UID) {
+		if unfenced, err := r.vanishedUnfenced(ctx, pods.all, types.UID(uid), s.status.ActivePodNode); err != nil || unfenced {
 			return err
 		}
 	}

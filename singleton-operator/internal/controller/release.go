@@ -156,14 +156,27 @@ func graceElapsed(p *singletonv1.HandoverStatus, now time.Time) string {
 // node that never confirmed the stop (not Ready, and not tainted out-of-service).
 func (r *Reconciler) waitForFencing(ctx context.Context, s *scope) (bool, error) {
 	status, pods := s.status, s.pods
-	if status.ActivePodUID == "" || status.ActivePodNode == "" || slices.ContainsFunc(pods.all, func(p *corev1.Pod) bool { return string(p.UID) == status.ActivePodUID }) {
+	if status.ActivePodUID == "" {
 		return false, nil
 	}
-	if fenced, err := r.nodeFencedByName(ctx, status.ActivePodNode); fenced || err != nil {
+	unfenced, err := r.vanishedUnfenced(ctx, pods.all, types.UID(status.ActivePodUID), status.ActivePodNode)
+	if !unfenced || err != nil {
 		return false, err
 	}
 	r.reportFencing(s, status.ActivePod, status.ActivePodNode, pods.candidate)
 	return true, nil
+}
+
+// vanishedUnfenced reports whether the pod of that UID, last seen on node, is not among pods and node
+// never confirmed its stop (nodeFencedByName): its process may still run there. Every release after a
+// pod that may have run asks it: the last active pod (waitForFencing, reconcileActive) and the
+// predecessor of a release on exit (releaseOnExit, settleStartOnExit).
+func (r *Reconciler) vanishedUnfenced(ctx context.Context, pods []*corev1.Pod, uid types.UID, node string) (bool, error) {
+	if slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return p.UID == uid }) {
+		return false, nil
+	}
+	fenced, err := r.nodeFencedByName(ctx, node)
+	return err == nil && !fenced, err
 }
 
 // reportFencing reports that pod held waits because pod vanished from node, which never confirmed its

@@ -72,15 +72,13 @@ func (r *Reconciler) releaseOnExit(ctx context.Context, s *scope, pred *corev1.P
 		// NotReady node after the cache showed it terminating): its process may still run there, so
 		// the candidate waits for fencing as after any vanished pod (waitForFencing, from the next
 		// reconcile on; the epoch reserved here is skipped).
-		if !slices.ContainsFunc(live.all, func(p *corev1.Pod) bool { return p.UID == pred.UID }) {
-			fenced, err := r.nodeFencedByName(ctx, pred.Spec.NodeName)
-			if err != nil {
-				return err
-			}
-			if !fenced {
-				r.reportFencing(s, pred.Name, pred.Spec.NodeName, cand)
-				return nil
-			}
+		unfenced, err := r.vanishedUnfenced(ctx, live.all, pred.UID, pred.Spec.NodeName)
+		if err != nil {
+			return err
+		}
+		if unfenced {
+			r.reportFencing(s, pred.Name, pred.Spec.NodeName, cand)
+			return nil
 		}
 		return r.release(ctx, s, live.candidate, epoch)
 	}
@@ -149,15 +147,13 @@ func (r *Reconciler) settleStartOnExit(ctx context.Context, s *scope) (reconcile
 		reportStartOnExit(s, pod, pred, now)
 		return r.checkDeadline(s, now), nil
 	}
-	if !slices.ContainsFunc(s.pods.all, func(p *corev1.Pod) bool { return p.UID == cond.PodUID }) {
-		fenced, err := r.nodeFencedByName(ctx, cond.Node)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		if !fenced {
-			r.reportFencing(s, "of UID "+string(cond.PodUID), cond.Node, pod)
-			return r.checkDeadline(s, now), nil
-		}
+	unfenced, err := r.vanishedUnfenced(ctx, s.pods.all, cond.PodUID, cond.Node)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if unfenced {
+		r.reportFencing(s, "of UID "+string(cond.PodUID), cond.Node, pod)
+		return r.checkDeadline(s, now), nil
 	}
 	return r.completeStartOnExit(ctx, s, pod, cond)
 }
