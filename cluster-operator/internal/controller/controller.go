@@ -45,6 +45,22 @@ import (
 // indexPodNode indexes pods by node, to find the StatefulClusters a node's readiness concerns.
 const indexPodNode = "spec.nodeName"
 
+// indexPodController indexes the cached pods by the UID of their controller (podWithoutController for
+// none), so that a reconcile copies out of the cache its own pods and the orphans it may adopt, not
+// every labelled pod of the namespace: with 1,000 StatefulClusters in one namespace, listing and
+// deep-copying all 1,000 pods at each reconcile was 56 % of the operator's CPU (BENCHMARKS.md).
+const indexPodController = "metadata.controllerUID"
+
+// podWithoutController is indexPodController's key for a pod that has no controller (a UID never is).
+const podWithoutController = "none"
+
+func podControllerKey(o client.Object) []string {
+	if ref := metav1.GetControllerOf(o); ref != nil {
+		return []string{string(ref.UID)}
+	}
+	return []string{podWithoutController}
+}
+
 // Reconciler reconciles StatefulClusters.
 //
 // Its Client writes pods, claims, revisions and status; its
@@ -69,6 +85,9 @@ func (opts *Options) Setup(ctx context.Context, mgr ctrl.Manager) error {
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, indexPodNode, func(o client.Object) []string {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
 	}); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, indexPodController, podControllerKey); err != nil {
 		return err
 	}
 	// Writes go through the manager's client, which has no client-side rate limit (controller-runtime's
@@ -139,9 +158,19 @@ func (s *scope) loadMembers(ctx context.Context) error {
 	// be created again (CI: 3 pods over 500 replicas under load). Read first, an expectation the
 	// handler drops afterwards belongs to a pod the cache already holds, so the List shows it.
 	pending := s.r.mem.pendingCreates(s.key, s.now)
+	// The cache's own pods and, when adopting, its pods without a controller (labelled orphans, such as
+	// those a deleted StatefulCluster left with --cascade=orphan); the lists return copies.
+	controllers := []string{string(s.sc.UID)}
+	if adopting {
+		controllers = append(controllers, podWithoutController)
+	}
 	var list corev1.PodList
-	if err := s.r.Cache.List(ctx, &list, client.InNamespace(s.sc.Namespace)); err != nil {
-		return fmt.Errorf("listing pods: %w", err)
+	for _, uid := range controllers {
+		var part corev1.PodList
+		if err := s.r.Cache.List(ctx, &part, client.InNamespace(s.sc.Namespace), client.MatchingFields{indexPodController: uid}); err != nil {
+			return fmt.Errorf("listing pods: %w", err)
+		}
+		list.Items = append(list.Items, part.Items...)
 	}
 	list.Items = append(list.Items, orphans...)
 	seen := map[string]bool{}

@@ -134,16 +134,23 @@ func TestAdoptionAndOwnership(t *testing.T) {
 	foreign := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "foreign", Namespace: f.ns, Labels: map[string]string{"app": "legacy"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID, Controller: ptr.To(true)}}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "app:v1"}}}}
+	// An orphan that carries the operator's label (one a StatefulCluster deleted with --cascade=orphan
+	// left) is in the cache, found there under "no controller" (indexPodController).
+	labelled := orphan.DeepCopy()
+	labelled.ObjectMeta = metav1.ObjectMeta{Name: "legacy-labelled", Namespace: f.ns,
+		Labels: map[string]string{"app": "legacy", clusterv1alpha1.ClusterNameLabel: "legacy"}}
 	require.NoError(t, suite.Client.Create(t.Context(), orphan))
+	require.NoError(t, suite.Client.Create(t.Context(), labelled))
 	require.NoError(t, suite.Client.Create(t.Context(), foreign))
 
 	startOperator(t, nil)
-	f.statefulCluster("legacy", 2)
+	f.statefulCluster("legacy", 3)
 	require.Eventually(t, func() bool {
 		p := f.pods("legacy")["legacy-3f2a9c1b"]
 		return p != nil && metav1.GetControllerOf(p) != nil && metav1.GetControllerOf(p).Kind == "StatefulCluster"
 	}, wait, tick, "orphan adopted")
-	f.waitPods("legacy", "legacy-3f2a9c1b", "legacy-0")
+	f.waitPods("legacy", "legacy-3f2a9c1b", "legacy-labelled", "legacy-0")
+	require.Equal(t, "StatefulCluster", metav1.GetControllerOf(f.pod("legacy-labelled")).Kind, "labelled orphan adopted")
 
 	// An orphan without the operator's label is not in the operator's cache (CacheOptions): it is
 	// found by the next reconcile's uncached list, here the one a scale-up starts, and it fills the new
@@ -151,8 +158,8 @@ func TestAdoptionAndOwnership(t *testing.T) {
 	late := orphan.DeepCopy()
 	late.ObjectMeta = metav1.ObjectMeta{Name: "legacy-late", Namespace: f.ns, Labels: map[string]string{"app": "legacy"}}
 	require.NoError(t, suite.Client.Create(t.Context(), late))
-	f.update("legacy", func(sc *clusterv1alpha1.StatefulCluster) { sc.Spec.Replicas = ptr.To[int32](3) })
-	f.waitPods("legacy", "legacy-3f2a9c1b", "legacy-0", "legacy-late")
+	f.update("legacy", func(sc *clusterv1alpha1.StatefulCluster) { sc.Spec.Replicas = ptr.To[int32](4) })
+	f.waitPods("legacy", "legacy-3f2a9c1b", "legacy-labelled", "legacy-0", "legacy-late")
 	require.Equal(t, "StatefulCluster", metav1.GetControllerOf(f.pod("legacy-late")).Kind, "late orphan adopted")
 
 	f.update("legacy", func(sc *clusterv1alpha1.StatefulCluster) { sc.Spec.Replicas = ptr.To[int32](0) })
