@@ -33,12 +33,15 @@ const rolloutBenchSets, rolloutBenchReplicas = 4, 7
 // revision Ready to the one showing the next old pod deleted. The checker of TestRollout counts
 // partition decreases without the required passing checks (must be 0).
 func TestBenchRolloutStep(t *testing.T) {
-	startRolloutOperator(t)
+	op := startRolloutOperator(t)
 	exp := newMetricsExporter(t)
 	prom := startPrometheusFor(t, exp.srv.Listener.Addr().String())
 	proxy := newRecordingProxy(t, prom.url)
 
+	// CPU profiles of the operator and the kube-apiserver over each kind of step (docs/performance.md).
+	profiled := framework.CPUProfilesUntil(t, "rollout-step", op.Profiled())
 	overheads, unchecked := rolloutBenchOverheads(t, exp, proxy, nil)
+	profiled()
 	// The same steps with three checks each: spec.check plus two spec.checks, every one a query of the
 	// same real Prometheus through the proxy (the partition moves once all three passed).
 	threeChecks := func(ns string) map[string]any {
@@ -51,7 +54,9 @@ func TestBenchRolloutStep(t *testing.T) {
 			check("latency", `app_errors{namespace="`+ns+`",pod="{{pod}}",kind="latency"} > 0`),
 		}}
 	}
+	profiled = framework.CPUProfilesUntil(t, "rollout-step-three-checks", op.Profiled())
 	multiOverheads, multiUnchecked := rolloutBenchOverheads(t, exp, proxy, threeChecks)
+	profiled()
 
 	// The baseline: the same StatefulSets without a PhasedRollout, rolled by their own controller.
 	var natives []*rolloutBenchPods
