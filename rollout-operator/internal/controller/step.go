@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	rolloutv1alpha1 "github.com/statefulops/statefulops/shared/api/rollout/v1alpha1"
@@ -238,6 +239,7 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 	if wait := startPause(s, partition, checkedAt); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
+	gateStart := time.Now()
 	if partition > 0 && len(pr.Spec.Steps) == 0 {
 		// A one-pod step waits here for a lock's writer to move, before it counts as passed, and comes
 		// back through step() without checking again; a batch waits in releaseBatch.
@@ -267,13 +269,20 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 		}
 		return reconcile.Result{RequeueAfter: pollWhileWaiting}, nil
 	}
+	nextStart := time.Now()
 	next, err := r.nextPartition(ctx, s, partition)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	applyStart := time.Now()
 	if err := r.applyPartition(ctx, pr, sts, next, true); err != nil {
 		return reconcile.Result{}, err
 	}
+	// Where a step's overhead goes (docs/performance.md, "rollout step overhead"): the time from the
+	// last passing answer to this reconcile's gate, the lock gate (StatefulSetLocks read live), the next
+	// partition's decision and the partition's write.
+	log.FromContext(ctx).Info("Moved the partition", "statefulSet", sts.Name, "from", partition, "to", next,
+		"sinceCheck", gateStart.Sub(checkedAt), "gate", nextStart.Sub(gateStart), "decide", applyStart.Sub(nextStart), "apply", time.Since(applyStart))
 	r.streaks.drop(pr.UID) // the step is over: its streaks never count again
 	s.overheadStart = &checkedAt
 	start := int32(0)
