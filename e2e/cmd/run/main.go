@@ -36,6 +36,7 @@ import (
 
 	"github.com/statefulops/statefulops/e2e/localcluster"
 	"github.com/statefulops/statefulops/e2e/operators"
+	"github.com/statefulops/statefulops/e2e/realnode"
 	singletonv1 "github.com/statefulops/statefulops/shared/api/singleton/v1"
 )
 
@@ -136,6 +137,12 @@ func installOperators(ctx context.Context, k operators.Kubectl, manifests []stri
 	if onRealNode {
 		for _, m := range manifests {
 			name := operators.OperatorName(m)
+			// Pods created while the cluster had no real-node steering (an e2e run with E2E_REAL_NODE=0
+			// on this cluster removes it) sit on kwok nodes, where nothing runs, and an unchanged
+			// manifest does not replace them: delete them, and their Deployment creates steered ones.
+			if _, err := k.Run(ctx, "delete", "pods", "-n", name+"-system", "--field-selector=spec.nodeName!="+realnode.NodeName, "--wait=false"); err != nil {
+				return err
+			}
 			if _, err := k.Run(ctx, "rollout", "status", "-n", name+"-system", "deployment/"+name+"-controller-manager", "--timeout=180s"); err != nil {
 				return err
 			}
