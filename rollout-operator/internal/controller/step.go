@@ -279,8 +279,8 @@ func (r *Reconciler) stepPassed(ctx context.Context, s *scope, partition int32, 
 		return reconcile.Result{}, err
 	}
 	// Where a step's overhead goes (docs/performance.md, "rollout step overhead"): the time from the
-	// last passing answer to this reconcile's gate, the lock gate (StatefulSetLocks read live), the next
-	// partition's decision and the partition's write.
+	// last passing answer to this reconcile's gate, a one-pod step's lock gate (StatefulSetLocks read
+	// live), the next partition's decision (a batch's own gate included) and the partition's write.
 	log.FromContext(ctx).Info("Moved the partition", "statefulSet", sts.Name, "from", partition, "to", next,
 		"sinceCheck", gateStart.Sub(checkedAt), "gate", nextStart.Sub(gateStart), "decide", applyStart.Sub(nextStart), "apply", time.Since(applyStart))
 	r.streaks.drop(pr.UID) // the step is over: its streaks never count again
